@@ -1,0 +1,172 @@
+"""Frozen dataclasses shared by every layer: catalog entries, plans and results.
+
+Quantities are stored in internal units (bytes, seconds, FLOP/s, bytes/s); the unit is in
+the field name. Each catalog value keeps its source in ``sources`` under the field name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp4")
+"""Compute precisions of training, widest first."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MigProfile:
+    """One MIG GPU-instance profile of a GPU (NVIDIA MIG user guide)."""
+
+    name: str
+    """Profile name as nvidia-smi prints it, e.g. '1g.10gb'."""
+    memory_bytes: int
+    compute_slices: int
+    """Number of the GPU's 7 compute slices the instance owns."""
+    memory_slices: int
+    """Number of the GPU's 8 memory slices the instance owns (its width in placements)."""
+    max_instances: int
+    """Most instances of this profile on one GPU."""
+    placement_starts: tuple[int, ...]
+    """Memory-slice indices where an instance of this profile may start (valid geometry)."""
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSpec:
+    """Defaults for a server that holds this GPU."""
+
+    gpus_per_node: int
+    """GPUs in one NVLink domain / server."""
+    network_bandwidth_bytes_per_s_per_gpu: float
+    """Inter-node bandwidth per GPU, one direction (e.g. 400 Gb/s NIC = 50e9 bytes/s)."""
+    host_ram_bytes: int
+    nvme_capacity_bytes: int
+    nvme_bandwidth_bytes_per_s: float
+    """Aggregate NVMe read bandwidth of the node, bytes/s."""
+    framework_reserve_bytes: int
+    """Per-GPU memory the framework takes before the model: CUDA context, NCCL buffers,
+    allocator fragmentation."""
+    sources: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuSpec:
+    """One GPU of the hardware catalog (vramopt/hardware/gpus/*.toml)."""
+
+    name: str
+    display_name: str
+    aliases: tuple[str, ...]
+    memory_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    peak_flops_per_s: Mapping[str, float]
+    """Dense (no sparsity) peak FLOP/s per precision it supports: fp32, bf16, fp16, fp8,
+    fp4, int8. A precision missing here is not supported by the GPU's tensor cores."""
+    nvlink_bandwidth_bytes_per_s: float
+    """NVLink (or Infinity Fabric) bandwidth per GPU, one direction; 0 when none."""
+    pcie_generation: int
+    pcie_bandwidth_bytes_per_s: float
+    """Host link bandwidth per GPU, one direction."""
+    mig_profiles: tuple[MigProfile, ...]
+    node: NodeSpec
+    sources: Mapping[str, str]
+    """Source of each value, keyed by field name (peak flops as 'peak_flops_per_s.bf16')."""
+    notes: str = ""
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_flops_per_s
+
+    def mig_profile(self, name: str) -> MigProfile | None:
+        for profile in self.mig_profiles:
+            if profile.name == name:
+                return profile
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoeSpec:
+    """Mixture-of-experts feed-forward layers."""
+
+    experts: int
+    """Routed experts per MoE layer."""
+    experts_per_token: int
+    """Routed experts each token activates (top-k)."""
+    expert_ffn_hidden_size: int
+    shared_experts: int = 0
+    """Experts every token passes through (Llama 4, DeepSeek-V3)."""
+    shared_expert_ffn_hidden_size: int = 0
+    moe_layer_interval: int = 1
+    """Every n-th layer is MoE (Llama 4 Maverick: 2); the others are dense."""
+    first_dense_layers: int = 0
+    """The first k layers use a dense FFN (DeepSeek-V3: 3)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParameterCount:
+    """Parameters of a model, computed from its architecture."""
+
+    total: int
+    active: int
+    """Parameters one token passes through (MoE: routed top-k + shared + dense)."""
+    embedding: int
+    """Input embedding plus the output head when untied (plus learned positions)."""
+    largest_layer: int
+    """Parameters of the largest transformer layer (ZeRO-3 prefetch buffer)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """One neural network of the model catalog or imported from a config.json."""
+
+    name: str
+    display_name: str
+    aliases: tuple[str, ...]
+    family: str
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    max_context: int
+    gated_mlp: bool
+    """SwiGLU-style MLP with three matrices (gate, up, down) instead of two."""
+    tied_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    norm: str
+    """'rmsnorm' (one weight vector) or 'layernorm' (weight and bias)."""
+    learned_positions: int
+    """Rows of a learned position-embedding table; 0 for rotary/ALiBi."""
+    moe: MoeSpec | None
+    mla: MlaSpec | None
+    parameters: ParameterCount
+    published_params_total: float | None
+    published_params_active: float | None
+    sources: Mapping[str, str]
+    """'architecture' (where the dimensions come from), 'params_total', and any
+    assumption, keyed by what it covers."""
+    notes: str = ""
+
+    @property
+    def params_total(self) -> int:
+        return self.parameters.total
+
+    @property
+    def params_active(self) -> int:
+        return self.parameters.active
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None

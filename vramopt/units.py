@@ -1,0 +1,67 @@
+"""Units. Internally: bytes, seconds, FLOP and FLOP/s, bytes/s. Conversions happen only
+in loaders and at the display edge.
+
+GB means 1e9 bytes (decimal, as GPU datasheets use it); GiB means 2**30 bytes. They are
+not interchangeable: an "80 GB" H100 has 80e9 bytes of usable HBM (about 74.5 GiB).
+"""
+
+from __future__ import annotations
+
+import math
+
+BYTES_PER_KB = 1e3
+BYTES_PER_MB = 1e6
+BYTES_PER_GB = 1e9
+BYTES_PER_TB = 1e12
+BYTES_PER_KIB = 2**10
+BYTES_PER_MIB = 2**20
+BYTES_PER_GIB = 2**30
+BYTES_PER_TIB = 2**40
+BITS_PER_BYTE = 8
+FLOPS_PER_TFLOPS = 1e12
+
+# Suffix of a catalog key -> factor to the internal unit. The suffix names the unit, so a
+# datasheet's "GB" and a measurement's "GiB" can both be written down exactly as given.
+SUFFIX_FACTORS: dict[str, float] = {
+    "_bytes": 1.0,
+    "_kb": BYTES_PER_KB,
+    "_mb": BYTES_PER_MB,
+    "_gb": BYTES_PER_GB,
+    "_tb": BYTES_PER_TB,
+    "_mib": BYTES_PER_MIB,
+    "_gib": BYTES_PER_GIB,
+    "_tib": BYTES_PER_TIB,
+    "_gb_per_s": BYTES_PER_GB,
+    "_tb_per_s": BYTES_PER_TB,
+    "_gbit_per_s": BYTES_PER_GB / BITS_PER_BYTE,
+    "_tflops": FLOPS_PER_TFLOPS,
+}
+
+
+def bytes_to_gib(value_bytes: float) -> float:
+    return value_bytes / BYTES_PER_GIB
+
+
+def bytes_to_gb(value_bytes: float) -> float:
+    return value_bytes / BYTES_PER_GB
+
+
+def bytes_to_mib_ceil(value_bytes: float) -> int:
+    """Round up to whole MiB: the solver's integer memory unit (never rounds a need down)."""
+    return math.ceil(value_bytes / BYTES_PER_MIB)
+
+
+def bytes_to_mib_floor(value_bytes: float) -> int:
+    """Round down to whole MiB: used for capacities (never rounds a budget up)."""
+    return math.floor(value_bytes / BYTES_PER_MIB)
+
+
+def format_bytes(value_bytes: float) -> str:
+    """Human display in decimal GB (the unit of GPU datasheets), e.g. '140.0 GB'."""
+    if abs(value_bytes) >= BYTES_PER_TB:
+        return f"{value_bytes / BYTES_PER_TB:.2f} TB"
+    if abs(value_bytes) >= BYTES_PER_GB:
+        return f"{value_bytes / BYTES_PER_GB:.1f} GB"
+    if abs(value_bytes) >= BYTES_PER_MB:
+        return f"{value_bytes / BYTES_PER_MB:.1f} MB"
+    return f"{value_bytes:.0f} B"
