@@ -170,3 +170,67 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingPlan:
+    """One combination of techniques for training; the JSON contract's ``plan``."""
+
+    gpu: str
+    gpus: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    sequence_parallel: bool = False
+    """Shard the layer-norm/dropout activations over the tensor-parallel group (needs tp > 1)."""
+    virtual_stages: int = 1
+    """Interleaved pipeline: model chunks per GPU (1 = plain 1F1B)."""
+    zero_stage: int = 0
+    checkpointing: str = "none"
+    """'none', 'selective' (attention core only), or 'every:K' (full recomputation, a
+    checkpoint every K layers; 'full' means every:1)."""
+    precision: str = "bf16"
+    grad_comm_precision: str = "bf16"
+    offload: str = "none"
+    """'none', 'cpu' (optimizer states to host RAM), 'nvme' (all model states to NVMe)."""
+    flash_attention: bool = True
+    micro_batch: int = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingWorkload:
+    """What the user trains: the model and the batch shape, and the headroom rule."""
+
+    model: str
+    seq_len: int = 4096
+    """Tokens per sequence. Default 4,096 (Llama 2's pretraining context, Touvron et al. 2023)."""
+    global_batch: int = 1024
+    """Sequences per optimizer step. Default 1,024 x 4,096 = 4.2M tokens (Llama 2 used 4M
+    tokens per batch, Touvron et al. 2023 section 2.2)."""
+    headroom_fraction: float = 0.10
+
+
+OBJECTIVES = ("throughput", "min-gpus", "per-gpu")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """Which plans the search may consider, and what it optimizes."""
+
+    gpus: tuple[str, ...] = ("b200",)
+    """GPU types allowed (catalog names or aliases)."""
+    max_gpus: int = 8
+    whole_nodes: bool = True
+    """Beyond one node, use whole nodes only (a GPU count that is a multiple of the node size)."""
+    allow_tp_across_nodes: bool = False
+    allow_fp4: bool = False
+    """FP4 training is experimental (the seed: not production-ready); off unless asked."""
+    allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Plan field -> the only values allowed (replaces the default domain)."""
+    forbid: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    pin: Mapping[str, str] = field(default_factory=dict)
+    objective: str = "throughput"
+    """'throughput' (max tokens/s), 'min-gpus' (fewest GPUs reaching min_tokens_per_s),
+    'per-gpu' (max tokens/s per GPU)."""
+    min_tokens_per_s: float | None = None
+    time_limit_s: float = 10.0
+    workers: int = 4

@@ -1,0 +1,107 @@
+"""What every technique module declares, and the CP-SAT channelling they share.
+
+A technique is one plan field (``zero_stage``, ``checkpointing`` ...). Its module declares
+- its group: ``key`` (layout, precision and micro-batch: fixed per candidate row), ``state``
+  (model-state choices: ZeRO, offload, gradient precision) or ``activation`` (what is kept
+  for the backward pass: checkpointing, flash attention, sequence parallelism, interleaving).
+  The cost model is separable along these groups (tests/unit/test_separability.py), which is
+  what lets the solver keep only each group's Pareto-optimal items;
+- its domain: default values, and how a user's text is parsed (``--pin zero_stage=3``);
+- its coefficient columns: how a value is written into ``costs.columns.PlanColumns``;
+- its CP-SAT encoding: one boolean ``choice[field=value]`` per value, channelled to the
+  candidate items that carry it (``encode_choices``), so pins and explanations can talk
+  about techniques by name;
+- its decode step: reading the chosen value back into the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from vramopt.errors import InputError
+
+GROUPS = ("key", "state", "activation")
+
+
+@dataclass(frozen=True, slots=True)
+class DomainContext:
+    """What a default domain may depend on."""
+
+    layers: int
+    gpus_per_node: int
+    max_gpus: int
+    global_batch: int
+    allow_tp_across_nodes: bool
+    allow_fp4: bool
+    supported_precisions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Technique:
+    field: str
+    """The plan field it decides, also the key of --pin/--allow/--forbid."""
+    group: str
+    description: str
+    parse: Callable[[str], Any]
+    default_values: Callable[[DomainContext], tuple]
+    columns: Callable[[Any], Mapping[str, int]]
+    """Value -> PlanColumns codes (empty for derived fields such as data_parallel)."""
+    decode: Callable[[Mapping[str, int]], Any]
+    """PlanColumns codes of the chosen row -> the plan value."""
+
+    def preference(self, value: Any, domain: Sequence) -> int:
+        """Fixed tie-break order: the position in the domain's declared order."""
+        return list(domain).index(value)
+
+
+def parse_int(field_name: str, minimum: int = 0) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise InputError(f"{field_name} value '{text}' is not an integer") from None
+        if value < minimum:
+            raise InputError(f"{field_name} value {value} is below {minimum}")
+        return value
+
+    return parse
+
+
+def parse_bool(field_name: str) -> Callable[[str], bool]:
+    truthy, falsy = {"true", "on", "yes", "1"}, {"false", "off", "no", "0"}
+
+    def parse(text: str) -> bool:
+        value = str(text).strip().lower()
+        if value in truthy:
+            return True
+        if value in falsy:
+            return False
+        raise InputError(f"{field_name} value '{text}' is not true/false")
+
+    return parse
+
+
+def parse_choice(field_name: str, choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in choices:
+            raise InputError(f"{field_name} value '{text}' is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+@dataclass
+class ChoiceVariables:
+    """``choice[(field, value)]`` booleans of one CP model, named after what they mean."""
+
+    literals: dict[tuple[str, Any], Any] = field(default_factory=dict)
+
+
+def encode_choices(cp, technique: Technique, items_by_value: Mapping[Any, list], variables: ChoiceVariables) -> None:
+    """Channel ``choice[field=value]`` to the sum of the candidate items carrying ``value``."""
+    for value, items in items_by_value.items():
+        literal = cp.new_bool_var(f"choice[{technique.field}={value}]")
+        cp.add(literal == sum(items))
+        variables.literals[(technique.field, value)] = literal

@@ -1,0 +1,46 @@
+"""The numeric encoding of training plans that every cost formula consumes.
+
+One ``PlanColumns`` holds many plans at once as numpy arrays of equal length (or
+broadcastable scalars), so the exhaustive enumerator, the solver's tables and ``estimate``
+all evaluate the very same formulas. Codes: precision and grad_comm_precision index
+``types.PRECISIONS``; checkpoint_kind 0 none, 1 selective, 2 full every ``checkpoint_every``
+layers; offload 0 none, 1 cpu (optimizer states), 2 nvme (all states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, CHECKPOINT_EVERY = 0, 1, 2
+OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME = 0, 1, 2
+OFFLOAD_NAMES = ("none", "cpu", "nvme")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanColumns:
+    gpus: np.ndarray
+    tensor_parallel: np.ndarray
+    pipeline_parallel: np.ndarray
+    data_parallel: np.ndarray
+    sequence_parallel: np.ndarray
+    virtual_stages: np.ndarray
+    zero_stage: np.ndarray
+    checkpoint_kind: np.ndarray
+    checkpoint_every: np.ndarray
+    precision: np.ndarray
+    grad_comm_precision: np.ndarray
+    offload: np.ndarray
+    flash_attention: np.ndarray
+    micro_batch: np.ndarray
+
+    @classmethod
+    def from_scalars(cls, **values) -> "PlanColumns":
+        return cls(**{name: np.atleast_1d(np.asarray(value)) for name, value in values.items()})
+
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(field.name for field in fields(self))
+
+    def __len__(self) -> int:
+        return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.column_names()))[0])

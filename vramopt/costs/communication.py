@@ -1,0 +1,67 @@
+"""Communication time of tensor- and data-parallel collectives.
+
+Ring all-reduce moves ``2*(n-1)/n`` times the buffer per GPU, reduce-scatter and all-gather
+``(n-1)/n`` each (Patarasuk & Yuan 2009; NCCL's bus-bandwidth convention). Each collective
+runs at the bandwidth of the slowest link it crosses: NVLink inside the node, the per-GPU
+network share across nodes, PCIe for cards without NVLink.
+
+Tensor parallelism (Shoeybi et al. 2019): two all-reduces of ``s*b*h`` activations per layer
+in the forward pass and two in the backward, two more when the forward is recomputed;
+sequence parallelism replaces each by a reduce-scatter + all-gather of the same volume
+(Korthikanti et al. 2022 section 4.2.2). Data parallelism (Rajbhandari et al. 2020 section
+7): stages 0-2 move ``2*(dp-1)/dp`` of the gradients per step; stage 3 also gathers the
+parameters for the forward and the backward of every micro-batch and reduce-scatters the
+gradients as they are produced (1.5x DDP's volume at one micro-batch per step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vramopt.costs.coefficients import coefficient
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
+from vramopt.costs.precision import PRECISION_BYTES, PRECISION_COMMUNICATION_BYTES
+from vramopt.types import GpuSpec, ModelSpec
+
+TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER = 4
+"""Shoeybi et al. 2019 section 3: f and g operators, two in forward, two in backward."""
+RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER = 2
+
+
+def intra_node_bandwidth(gpu: GpuSpec) -> float:
+    return gpu.nvlink_bandwidth_bytes_per_s if gpu.nvlink_bandwidth_bytes_per_s > 0 else gpu.pcie_bandwidth_bytes_per_s
+
+
+def group_bandwidth(gpu: GpuSpec, span_gpus: np.ndarray) -> np.ndarray:
+    """Per-GPU bandwidth of a collective whose consecutive ranks span ``span_gpus`` GPUs."""
+    inside = span_gpus <= gpu.node.gpus_per_node
+    bandwidth = np.where(inside, intra_node_bandwidth(gpu), gpu.node.network_bandwidth_bytes_per_s_per_gpu)
+    return bandwidth * coefficient("collective_bandwidth_efficiency")
+
+
+def tensor_parallel_seconds_per_micro_batch(
+    model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int
+) -> np.ndarray:
+    t = columns.tensor_parallel.astype(float)
+    layers_per_stage = model.layers / columns.pipeline_parallel
+    message = seq_len * columns.micro_batch * model.hidden_size * PRECISION_COMMUNICATION_BYTES[columns.precision]
+    count = TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER + np.where(
+        columns.checkpoint_kind == CHECKPOINT_EVERY, RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, 0
+    )
+    per_all_reduce = 2.0 * (t - 1.0) / t * message / group_bandwidth(gpu, columns.tensor_parallel)
+    return layers_per_stage * count * per_all_reduce
+
+
+def data_parallel_seconds_per_step(
+    parameters_per_gpu: np.ndarray, gpu: GpuSpec, columns: PlanColumns, micro_batches: np.ndarray
+) -> np.ndarray:
+    """Total (not yet overlapped) data-parallel communication time per step."""
+    dp = columns.data_parallel.astype(float)
+    fraction = (dp - 1.0) / dp
+    gradient_bytes = parameters_per_gpu * PRECISION_BYTES[columns.grad_comm_precision]
+    weight_bytes = parameters_per_gpu * PRECISION_BYTES[columns.precision]
+    bandwidth = group_bandwidth(gpu, columns.tensor_parallel * columns.data_parallel)
+    replicated = 2.0 * fraction * gradient_bytes
+    sharded = micro_batches * fraction * (2.0 * weight_bytes + gradient_bytes)
+    volume = np.where(columns.zero_stage >= 3, sharded, replicated)
+    return volume / bandwidth

@@ -1,0 +1,117 @@
+"""Per-GPU training memory terms, in bytes (DESIGN.md section 3).
+
+Model states follow Rajbhandari et al. 2020 (ZeRO) section 5: weights and gradients at
+``bytes`` per parameter, Adam states at K per parameter, divided by the data-parallel
+degree from stage 1 (optimizer), 2 (gradients) and 3 (weights). ZeRO-3 also holds the two
+largest layers' full parameters gathered for compute (the prefetch buffer). Offload moves
+optimizer states to host RAM (cpu) or every state to NVMe (nvme, ZeRO-Infinity,
+Rajbhandari et al. 2021); the GPU then keeps the working layers only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vramopt.costs.activations import ActivationShape, checkpoint_bytes, layer_bytes
+from vramopt.costs.columns import (
+    CHECKPOINT_EVERY,
+    CHECKPOINT_NONE,
+    OFFLOAD_CPU,
+    OFFLOAD_NVME,
+    PlanColumns,
+)
+from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_ADAM_BYTES, PRECISION_BYTES
+from vramopt.types import ModelSpec
+
+PREFETCH_LAYERS = 2
+"""DESIGN.md section 3: ZeRO-3 keeps the two largest layers' full parameters in flight."""
+
+
+def parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
+    """Parameters a GPU holds before ZeRO sharding, on the heaviest pipeline stage.
+
+    Layers split evenly over stages; the input embedding lives on the first stage and the
+    output head on the last (with tied embeddings both hold a copy), all split by tp.
+    """
+    embedding = model.parameters.embedding
+    layer_params = model.parameters.total - embedding
+    pipeline = columns.pipeline_parallel.astype(float)
+    stage_embedding = np.where((pipeline == 1) | model.tied_embeddings, embedding, embedding / 2.0)
+    return (layer_params / pipeline + stage_embedding) / columns.tensor_parallel
+
+
+def model_state_bytes(model: ModelSpec, columns: PlanColumns) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer states per GPU (bytes)."""
+    params = parameters_per_gpu(model, columns)
+    dp = columns.data_parallel.astype(float)
+    zero = columns.zero_stage
+    offload = columns.offload
+    bytes_per_weight = PRECISION_BYTES[columns.precision]
+    adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
+    working_layers = PREFETCH_LAYERS * model.parameters.largest_layer / columns.tensor_parallel
+
+    weights = params * bytes_per_weight / np.where(zero >= 3, dp, 1.0)
+    weights = weights + np.where(zero >= 3, working_layers * bytes_per_weight, 0.0)
+    gradients = params * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
+    optimizer = params * adam_bytes / np.where(zero >= 1, dp, 1.0)
+
+    on_nvme = offload == OFFLOAD_NVME
+    weights = np.where(on_nvme, working_layers * bytes_per_weight, weights)
+    gradients = np.where(on_nvme, working_layers * bytes_per_weight, gradients)
+    optimizer = np.where((offload == OFFLOAD_CPU) | on_nvme, 0.0, optimizer)
+    return {"weights_bytes": weights, "gradients_bytes": gradients, "optimizer_bytes": optimizer}
+
+
+def offloaded_bytes_per_gpu(model: ModelSpec, columns: PlanColumns) -> dict[str, np.ndarray]:
+    """Bytes each GPU parks in host RAM (cpu offload) and on NVMe (nvme offload)."""
+    shard = parameters_per_gpu(model, columns) / columns.data_parallel
+    bytes_per_weight = PRECISION_BYTES[columns.precision]
+    adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
+    host = np.where(columns.offload == OFFLOAD_CPU, shard * adam_bytes, 0.0)
+    nvme = np.where(columns.offload == OFFLOAD_NVME, shard * (2 * bytes_per_weight + adam_bytes), 0.0)
+    return {"host_bytes_per_gpu": host, "nvme_bytes_per_gpu": nvme}
+
+
+def in_flight_micro_batches(columns: PlanColumns, micro_batches: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations pipeline stage 0 holds at once.
+
+    1F1B (Narayanan et al. 2021 section 2.2.1): min(p, m). The interleaved schedule holds
+    (1 + (p-1)/(p*v)) times as much (Korthikanti et al. 2022 section 4.2.3).
+    """
+    p = columns.pipeline_parallel.astype(float)
+    v = columns.virtual_stages.astype(float)
+    base = np.minimum(p, micro_batches)
+    interleave_factor = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    return base * interleave_factor
+
+
+def activation_bytes(
+    model: ModelSpec, shape: ActivationShape, columns: PlanColumns, seq_len: int, micro_batches: np.ndarray
+) -> np.ndarray:
+    """Saved activations on pipeline stage 0 (the stage that holds the most)."""
+    layers_per_stage = model.layers / columns.pipeline_parallel
+    keep_scores = (columns.flash_attention == 0) & (columns.checkpoint_kind == CHECKPOINT_NONE)
+    full_layer = layer_bytes(
+        shape, seq_len, columns.micro_batch, columns.tensor_parallel, columns.sequence_parallel, keep_scores
+    )
+    working_layer = layer_bytes(
+        shape, seq_len, columns.micro_batch, columns.tensor_parallel, columns.sequence_parallel,
+        columns.flash_attention == 0,
+    )
+    in_flight = in_flight_micro_batches(columns, micro_batches)
+    stored = np.where(
+        columns.checkpoint_kind == CHECKPOINT_EVERY,
+        np.ceil(layers_per_stage / np.maximum(columns.checkpoint_every, 1)) * checkpoint_bytes(shape, seq_len, columns.micro_batch),
+        layers_per_stage * full_layer,
+    )
+    # Under full recomputation one segment of k layers is rebuilt at a time for one
+    # micro-batch, on top of every micro-batch's stored checkpoints.
+    segment = np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, columns.checkpoint_every * working_layer, 0.0)
+    scale = PRECISION_ACTIVATION_SCALE[columns.precision]
+    return (in_flight * stored + segment) * scale
+
+
+def logits_bytes(model: ModelSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
+    """fp32 cross-entropy input on the last stage: 4*s*b*V/t (DESIGN.md section 3)."""
+    return 4.0 * seq_len * columns.micro_batch * model.vocab_size / columns.tensor_parallel
+

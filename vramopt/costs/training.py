@@ -1,0 +1,143 @@
+"""Training plans evaluated end to end: memory per GPU, step time, tokens/s, MFU.
+
+``evaluate_training`` is the single implementation behind ``estimate``, the solver's
+coefficient tables and the exhaustive enumerator. It takes many plans at once
+(``PlanColumns``) and returns one numpy array per quantity.
+
+Step time (DESIGN.md section 3), for m micro-batches per step, p stages, v virtual stages:
+``(compute + tensor-parallel comm per micro-batch) * (m + (p-1)/v)`` (1F1B, and the
+interleaved schedule's bubble (p-1)/(v*m), Narayanan et al. 2021 section 2.2)
+``+ (1 - overlap) * data-parallel comm + offload transfers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vramopt.costs.activations import activation_shape
+from vramopt.costs.coefficients import coefficient
+from vramopt.costs.columns import CHECKPOINT_EVERY, OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
+from vramopt.costs.compute import (
+    hardware_flops_per_token,
+    micro_batch_compute_seconds,
+    model_flops_per_token,
+    peak_flops_per_s,
+)
+from vramopt.costs.memory import (
+    activation_bytes,
+    logits_bytes,
+    model_state_bytes,
+    offloaded_bytes_per_gpu,
+    parameters_per_gpu,
+)
+from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.types import GpuSpec, ModelSpec
+
+MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "reserve_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingCase:
+    """What is fixed while plans vary: the model, the GPU type and the workload."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    seq_len: int
+    global_batch: int
+    """Sequences per optimizer step."""
+    headroom_fraction: float = 0.10
+    """Fraction of each GPU's memory that must stay free (the seed's 10%)."""
+
+
+def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
+    return case.global_batch / (columns.data_parallel * columns.micro_batch)
+
+
+def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
+    return np.minimum(columns.gpus, case.gpu.node.gpus_per_node)
+
+
+def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
+    """Masks of plans that are not well formed, keyed by a readable reason."""
+    model = case.model
+    t, p, dp, v = columns.tensor_parallel, columns.pipeline_parallel, columns.data_parallel, columns.virtual_stages
+    micro_batches = case.global_batch / (dp * columns.micro_batch)
+    kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
+    return {
+        "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
+        "pipeline_parallel must divide the layers": model.layers % p != 0,
+        "tensor_parallel x pipeline_parallel x data_parallel must equal the GPU count": t * p * dp != columns.gpus,
+        "global_batch must be a multiple of micro_batch x data_parallel": np.abs(micro_batches - np.round(micro_batches)) > 1e-9,
+        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
+        & ((p == 1) | ((model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
+        "sequence_parallel needs tensor_parallel > 1": (columns.sequence_parallel == 1) & (t == 1),
+        "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
+        & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > model.layers // p)),
+        "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)": (columns.offload == OFFLOAD_CPU) & (columns.zero_stage < 1),
+        "offload=nvme needs zero_stage 3 (ZeRO-Infinity)": (columns.offload == OFFLOAD_NVME) & (columns.zero_stage < 3),
+        "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
+    }
+
+
+def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
+    model, gpu, seq_len = case.model, case.gpu, case.seq_len
+    micro_batches = micro_batches_per_step(case, columns)
+    memory = model_state_bytes(model, columns)
+    memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, seq_len, micro_batches)
+    memory["logits_bytes"] = logits_bytes(model, columns, seq_len)
+    memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
+    total = sum(memory[name] for name in MEMORY_TERMS)
+    capacity = float(gpu.memory_bytes)
+
+    offloaded = offloaded_bytes_per_gpu(model, columns)
+    gpus_on_node = gpus_on_busiest_node(case, columns)
+    host_per_node = offloaded["host_bytes_per_gpu"] * gpus_on_node
+    nvme_per_node = offloaded["nvme_bytes_per_gpu"] * gpus_on_node
+    fits_gpu = total <= capacity * (1.0 - case.headroom_fraction)
+    fits_host = host_per_node <= gpu.node.host_ram_bytes * coefficient("host_ram_usable_fraction")
+    fits_nvme = nvme_per_node <= gpu.node.nvme_capacity_bytes * coefficient("nvme_usable_fraction")
+
+    params_gpu = parameters_per_gpu(model, columns)
+    compute_per_micro_batch = micro_batch_compute_seconds(model, gpu, columns, seq_len)
+    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
+    slots = micro_batches + (columns.pipeline_parallel - 1.0) / columns.virtual_stages
+    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch) * slots
+    data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
+        params_gpu, gpu, columns, micro_batches
+    )
+    offload_seconds = offload_seconds_per_step(params_gpu, gpu, columns, micro_batches)
+    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds
+
+    tokens_per_step = float(case.global_batch * seq_len)
+    peak = peak_flops_per_s(gpu, columns.precision)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tokens_per_s = tokens_per_step / step_time
+        mfu = model_flops_per_token(model, seq_len) * tokens_per_s / (columns.gpus * peak)
+        achieved = hardware_flops_per_token(model, seq_len, columns.checkpoint_kind) * tokens_per_s / columns.gpus
+
+    result = dict(memory)
+    result.update(
+        total_bytes=total,
+        capacity_bytes=np.full(len(columns), capacity),
+        headroom_fraction=1.0 - total / capacity,
+        fits_gpu=fits_gpu,
+        host_bytes_per_node=host_per_node,
+        nvme_bytes_per_node=nvme_per_node,
+        fits_host=fits_host,
+        fits_nvme=fits_nvme,
+        fits=fits_gpu & fits_host & fits_nvme,
+        micro_batches=micro_batches,
+        compute_s=compute_per_micro_batch * slots,
+        bubble_fraction=(columns.pipeline_parallel - 1.0) / columns.virtual_stages / slots,
+        tensor_parallel_s=tensor_parallel_per_micro_batch * slots,
+        data_parallel_s=data_parallel_seconds,
+        offload_s=offload_seconds,
+        step_time_s=step_time,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu,
+        achieved_flops_per_s_per_gpu=achieved,
+    )
+    return result
