@@ -1,0 +1,250 @@
+"""Parameter counts computed from a model's architecture.
+
+A pure function of the dimensions: no I/O, no catalog. Every weight matrix and vector of a
+decoder-only transformer is counted once:
+
+- embeddings: ``vocab * hidden`` for the input table, the same again for the output head
+  unless it is tied to the input table, and ``positions * hidden`` for a learned
+  position table (GPT-2, GPT-3, OPT; zero for rotary models);
+- attention per layer: Q and O ``heads * head_dim * hidden`` each, K and V
+  ``kv_heads * head_dim * hidden`` each; with ``attention_bias`` the Q/K/V biases, and the
+  output-projection bias where the model has one (see ``count_parameters``);
+- multi-head latent attention (DeepSeek-V2/V3) instead, from its low ranks (see
+  ``mla_attention_parameters``);
+- MLP per layer: gated (SwiGLU: gate, up, down) ``3 * hidden * ffn`` or plain
+  ``2 * hidden * ffn``, plus biases with ``mlp_bias``;
+- norms: RMSNorm has one weight vector, LayerNorm a weight and a bias; two norms per layer
+  and one final norm;
+- mixture of experts: a router ``hidden * experts`` (no bias), every routed expert an MLP of
+  the expert width, the shared experts an MLP of the shared width. Which layers are MoE is
+  given by ``moe_layer_indices``.
+
+Not counted (each is a few vectors per layer at most, far below 0.01% of any catalog
+model): DeepSeek-V3's router score-correction bias (``experts`` per MoE layer), Qwen2-MoE's
+shared-expert gate (``hidden`` per MoE layer), rotary frequency buffers (not parameters).
+"""
+
+from __future__ import annotations
+
+from vramopt.errors import InputError
+from vramopt.types import MlaSpec, MoeSpec, ParameterCount
+
+NORM_KINDS = ("rmsnorm", "layernorm")
+NORMS_PER_LAYER = 2
+"""Pre-attention and pre-MLP norm (GPT-NeoX's parallel residual also keeps two)."""
+
+
+def norm_parameters(width: int, norm: str) -> int:
+    """Parameters of one norm over ``width`` features: RMSNorm a weight, LayerNorm weight+bias."""
+    if norm == "rmsnorm":
+        return width
+    if norm == "layernorm":
+        return 2 * width
+    raise InputError(f"norm must be one of {', '.join(NORM_KINDS)}, got '{norm}'")
+
+
+def mlp_parameters(hidden_size: int, ffn_hidden_size: int, *, gated: bool, bias: bool) -> int:
+    """One feed-forward block: gated (gate, up, down) or plain (up, down), with biases if any."""
+    if gated:
+        weights = 3 * hidden_size * ffn_hidden_size
+        biases = 2 * ffn_hidden_size + hidden_size
+    else:
+        weights = 2 * hidden_size * ffn_hidden_size
+        biases = ffn_hidden_size + hidden_size
+    return weights + (biases if bias else 0)
+
+
+def attention_parameters(
+    hidden_size: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    *,
+    qkv_bias: bool,
+    output_bias: bool,
+) -> int:
+    """Multi-head / grouped-query attention: Q, K, V and output projections."""
+    query_width = heads * head_dim
+    key_value_width = kv_heads * head_dim
+    weights = 2 * query_width * hidden_size + 2 * key_value_width * hidden_size
+    biases = (query_width + 2 * key_value_width if qkv_bias else 0) + (hidden_size if output_bias else 0)
+    return weights + biases
+
+
+def mla_attention_parameters(hidden_size: int, heads: int, mla: MlaSpec, norm: str) -> int:
+    """Multi-head latent attention (DeepSeek-V2 section 2.1, DeepSeek-V3 config names).
+
+    q_a (hidden -> q_lora_rank) and its norm, q_b (q_lora_rank -> heads * (nope + rope));
+    without a query rank (``q_lora_rank == 0``) one q projection hidden -> heads*(nope+rope).
+    kv_a (hidden -> kv_lora_rank + rope) and its norm over kv_lora_rank,
+    kv_b (kv_lora_rank -> heads * (nope + v)), o (heads * v -> hidden). No biases.
+    """
+    query_head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if mla.q_lora_rank > 0:
+        query = (
+            hidden_size * mla.q_lora_rank
+            + norm_parameters(mla.q_lora_rank, norm)
+            + mla.q_lora_rank * heads * query_head_dim
+        )
+    else:
+        query = hidden_size * heads * query_head_dim
+    key_value = (
+        hidden_size * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        + norm_parameters(mla.kv_lora_rank, norm)
+        + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    )
+    output = heads * mla.v_head_dim * hidden_size
+    return query + key_value + output
+
+
+def moe_layer_indices(layers: int, moe: MoeSpec | None) -> tuple[int, ...]:
+    """0-based indices of the MoE layers.
+
+    Layer i is MoE when ``i >= first_dense_layers`` and ``(i + 1) % moe_layer_interval == 0``:
+    with interval 1 every layer after the first dense ones (Mixtral, Llama 4 Scout,
+    DeepSeek-V3); with interval 2 layers 1, 3, 5, ... (Llama 4 Maverick,
+    ``interleave_moe_layer_step``; Qwen2-MoE ``decoder_sparse_step`` uses the same rule).
+    """
+    if moe is None:
+        return ()
+    return tuple(
+        index
+        for index in range(layers)
+        if index >= moe.first_dense_layers and (index + 1) % moe.moe_layer_interval == 0
+    )
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_moe(moe: MoeSpec, layers: int) -> None:
+    _check_positive(
+        experts=moe.experts,
+        experts_per_token=moe.experts_per_token,
+        expert_ffn_hidden_size=moe.expert_ffn_hidden_size,
+        moe_layer_interval=moe.moe_layer_interval,
+    )
+    if moe.experts_per_token > moe.experts:
+        raise InputError(f"experts_per_token ({moe.experts_per_token}) exceeds experts ({moe.experts})")
+    if moe.shared_experts < 0 or moe.shared_expert_ffn_hidden_size < 0:
+        raise InputError("shared_experts and shared_expert_ffn_hidden_size must not be negative")
+    if moe.shared_experts > 0 and moe.shared_expert_ffn_hidden_size == 0:
+        raise InputError("shared_expert_ffn_hidden_size must be positive when shared_experts > 0")
+    if not 0 <= moe.first_dense_layers < layers:
+        raise InputError(f"first_dense_layers must be in [0, {layers}), got {moe.first_dense_layers}")
+
+
+def _check_mla(mla: MlaSpec) -> None:
+    _check_positive(
+        kv_lora_rank=mla.kv_lora_rank,
+        qk_nope_head_dim=mla.qk_nope_head_dim,
+        qk_rope_head_dim=mla.qk_rope_head_dim,
+        v_head_dim=mla.v_head_dim,
+    )
+    if mla.q_lora_rank < 0:
+        raise InputError(f"q_lora_rank must not be negative, got {mla.q_lora_rank}")
+
+
+def count_parameters(
+    *,
+    layers: int,
+    hidden_size: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    ffn_hidden_size: int,
+    vocab_size: int,
+    gated_mlp: bool,
+    tied_embeddings: bool,
+    attention_bias: bool,
+    mlp_bias: bool,
+    norm: str,
+    learned_positions: int = 0,
+    moe: MoeSpec | None = None,
+    mla: MlaSpec | None = None,
+    attention_output_bias: bool | None = None,
+) -> ParameterCount:
+    """Count total, active, embedding and largest-layer parameters of a decoder-only model.
+
+    Parameters
+    ----------
+    attention_bias
+        Q, K and V projections carry biases.
+    attention_output_bias
+        The output projection carries a bias. ``None`` (the default) follows the
+        convention of the catalog's models: models whose every linear layer has a bias
+        (``attention_bias and mlp_bias``: GPT-2, GPT-3, OPT, GPT-NeoX) have one; Qwen2,
+        with Q/K/V biases only, has none. The Hugging Face importer passes it explicitly.
+    moe
+        Mixture-of-experts FFN; the dense layers (``first_dense_layers`` and the layers
+        between MoE layers) use ``ffn_hidden_size``. Experts use ``gated_mlp`` and
+        ``mlp_bias`` like the dense MLP.
+    mla
+        Multi-head latent attention replaces the Q/K/V/O projections (``kv_heads`` and
+        ``head_dim`` are then not used for the count).
+
+    Returns
+    -------
+    ParameterCount
+        ``total`` counts every parameter (all experts); ``active`` the ones one token
+        passes through (embeddings, attention, norms, dense MLPs, and in MoE layers the
+        router, the shared experts and ``experts_per_token`` routed experts);
+        ``embedding`` the input table, the untied output head and learned positions;
+        ``largest_layer`` the largest transformer layer with all its experts.
+    """
+    _check_positive(
+        layers=layers,
+        hidden_size=hidden_size,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden_size=ffn_hidden_size,
+        vocab_size=vocab_size,
+    )
+    if isinstance(learned_positions, bool) or not isinstance(learned_positions, int) or learned_positions < 0:
+        raise InputError(f"learned_positions must be a non-negative integer, got {learned_positions!r}")
+    if heads % kv_heads != 0:
+        raise InputError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    if moe is not None:
+        _check_moe(moe, layers)
+    if mla is not None:
+        _check_mla(mla)
+    if attention_output_bias is None:
+        attention_output_bias = attention_bias and mlp_bias
+
+    embedding = vocab_size * hidden_size * (1 if tied_embeddings else 2) + learned_positions * hidden_size
+
+    if mla is not None:
+        attention = mla_attention_parameters(hidden_size, heads, mla, norm)
+    else:
+        attention = attention_parameters(
+            hidden_size, heads, kv_heads, head_dim, qkv_bias=attention_bias, output_bias=attention_output_bias
+        )
+    layer_norms = NORMS_PER_LAYER * norm_parameters(hidden_size, norm)
+    dense_mlp = mlp_parameters(hidden_size, ffn_hidden_size, gated=gated_mlp, bias=mlp_bias)
+    dense_layer = attention + layer_norms + dense_mlp
+
+    moe_layers = len(moe_layer_indices(layers, moe))
+    dense_layers = layers - moe_layers
+    total = embedding + norm_parameters(hidden_size, norm) + dense_layers * dense_layer
+    active = total
+    largest_layer = dense_layer if dense_layers else 0
+
+    if moe is not None and moe_layers:
+        expert = mlp_parameters(hidden_size, moe.expert_ffn_hidden_size, gated=gated_mlp, bias=mlp_bias)
+        shared = moe.shared_experts * (
+            mlp_parameters(hidden_size, moe.shared_expert_ffn_hidden_size, gated=gated_mlp, bias=mlp_bias)
+            if moe.shared_experts
+            else 0
+        )
+        router = hidden_size * moe.experts
+        moe_layer_total = attention + layer_norms + router + shared + moe.experts * expert
+        moe_layer_active = attention + layer_norms + router + shared + moe.experts_per_token * expert
+        total += moe_layers * moe_layer_total
+        active += moe_layers * moe_layer_active
+        largest_layer = max(largest_layer, moe_layer_total)
+
+    return ParameterCount(total=total, active=active, embedding=embedding, largest_layer=largest_layer)
