@@ -1,0 +1,75 @@
+"""Resolve the user's --allow / --forbid / --pin into one domain per technique.
+
+An allow-list replaces the default domain, a pin narrows it to one value (which need not
+be in the default domain: pinning micro_batch=128 is honoured), forbid removes values.
+Every key and value is checked: a typo is an error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramopt.catalog_files import suggest
+from vramopt.constraints import registry
+from vramopt.constraints.precision import SAME_AS_PRECISION
+from vramopt.constraints.technique import DomainContext
+from vramopt.errors import InputError
+from vramopt.types import SearchSpace
+
+PINNABLE_FIELDS = tuple(technique.field for technique in registry.TECHNIQUES)
+
+
+def _check_field(field: str) -> None:
+    if field not in registry.BY_FIELD:
+        error = suggest(field, PINNABLE_FIELDS, "plan field")
+        raise InputError(str(error))
+
+
+def _parse_values(field: str, values) -> tuple:
+    technique = registry.technique(field)
+    if isinstance(values, (str, int, float, bool)):
+        values = (values,)
+    parsed = []
+    for value in values:
+        item = technique.parse(str(value).lower() if isinstance(value, bool) else str(value))
+        if item not in parsed:
+            parsed.append(item)
+    return tuple(parsed)
+
+
+def parsed_user_choices(space: SearchSpace) -> dict[str, dict[str, tuple]]:
+    """{'allow'|'forbid'|'pin': {field: parsed values}}, validated."""
+    result: dict[str, dict[str, tuple]] = {"allow": {}, "forbid": {}, "pin": {}}
+    for kind, mapping in (("allow", space.allow), ("forbid", space.forbid), ("pin", space.pin)):
+        for field, values in mapping.items():
+            _check_field(field)
+            parsed = _parse_values(field, values)
+            if kind == "pin" and len(parsed) != 1:
+                raise InputError(f"--pin {field} takes one value, got {len(parsed)}")
+            if not parsed:
+                raise InputError(f"--{kind} {field} has no values")
+            result[kind][field] = parsed
+    for field, values in result["pin"].items():
+        if field in result["forbid"] and values[0] in result["forbid"][field]:
+            raise InputError(f"{field}={values[0]} is both pinned and forbidden")
+        if field in result["allow"] and values[0] not in result["allow"][field]:
+            raise InputError(f"{field}={values[0]} is pinned but not in the --allow list {list(result['allow'][field])}")
+    return result
+
+
+def domain(field: str, context: DomainContext, choices: Mapping[str, Mapping[str, tuple]], default: tuple | None = None) -> tuple[Any, ...]:
+    technique = registry.technique(field)
+    values = choices["allow"].get(field)
+    if values is None:
+        values = default if default is not None else technique.default_values(context)
+    if field in choices["pin"]:
+        values = choices["pin"][field]
+    forbidden = choices["forbid"].get(field, ())
+    return tuple(value for value in values if value not in forbidden)
+
+
+def grad_comm_domain(context: DomainContext, choices) -> tuple:
+    """'same' (follow the training precision) unless the user named precisions."""
+    values = domain("grad_comm_precision", context, choices)
+    explicit = [value for value in values if value != SAME_AS_PRECISION]
+    return tuple(explicit) if explicit else values

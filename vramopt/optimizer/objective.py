@@ -1,0 +1,42 @@
+"""The lexicographic objective both engines minimize, over the integer tables.
+
+For a candidate (key k, state item s, activation item a):
+- step ticks T = state ticks + activation ticks; GPUs N; memory M (MiB) = constant + parts;
+  rank = the fixed order of choices (keys, then state items, then activation items, each in
+  its declared order) -- the last tie-break, which makes the optimum unique.
+- objective "throughput": minimize (T, N, M, rank)   (max tokens/s, then fewer GPUs,
+  then more headroom, then the fixed order)
+- "per-gpu": minimize (N*T, N, M, rank)              (max tokens/s per GPU)
+- "min-gpus": minimize (N, T, M, rank) with T <= the bound that reaches min_tokens_per_s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vramopt.units import BYTES_PER_MIB
+
+
+def constant_mib(problem) -> np.ndarray:
+    return np.ceil(problem.constant_bytes / BYTES_PER_MIB).astype(np.int64)
+
+
+def components(problem, key, step_ticks, memory_mib, rank):
+    """The objective tuple's arrays (broadcast over whatever shape the inputs have)."""
+    gpus = problem.keys["gpus"][key]
+    objective = problem.space.objective
+    if objective == "throughput":
+        return (step_ticks, np.broadcast_to(gpus, np.shape(step_ticks)), memory_mib, rank)
+    if objective == "per-gpu":
+        return (gpus * step_ticks, np.broadcast_to(gpus, np.shape(step_ticks)), memory_mib, rank)
+    return (np.broadcast_to(gpus, np.shape(step_ticks)), step_ticks, memory_mib, rank)
+
+
+def rank_of(problem, key, state_item, activation_item):
+    state_count = len(problem.state.values)
+    activation_count = len(problem.activation.values)
+    return (np.asarray(key, dtype=np.int64) * state_count + state_item) * activation_count + activation_item
+
+
+def primary_name(problem) -> str:
+    return {"throughput": "step_ticks", "per-gpu": "gpus_x_step_ticks", "min-gpus": "gpus"}[problem.space.objective]

@@ -1,0 +1,333 @@
+"""Build the search problem: candidate keys and the per-group coefficient tables.
+
+A *key* fixes what every other choice depends on: GPU type and count, tensor, pipeline
+and data parallel degrees, precision and micro-batch. For each key the cost model is
+separable into a *state* part (ZeRO stage, offload, gradient precision) and an
+*activation* part (checkpointing, flash attention, sequence parallelism, virtual stages):
+memory and step time are each a state term plus an activation term plus a constant
+(tests/unit/test_separability.py). The tables below hold those terms for every key x item,
+computed by ``costs.training.evaluate_training`` -- the one cost model -- and rounded once
+to the solver's integers: memory in MiB (needs up, budgets down), step time in ticks.
+Both the CP-SAT engine and the exhaustive oracle read exactly these integer tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vramopt.constraints import registry
+from vramopt.constraints.parallelism import gpu_counts
+from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
+from vramopt.constraints.technique import DomainContext
+from vramopt.costs.columns import PlanColumns
+from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
+from vramopt.errors import InputError
+from vramopt.estimate import check_headroom
+from vramopt.hardware import load_gpu
+from vramopt.models import load_model
+from vramopt.optimizer.domains import domain, grad_comm_domain, parsed_user_choices
+from vramopt.types import OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
+from vramopt.units import BYTES_PER_MIB
+
+TICKS_PER_BEST_STEP = 1_000_000
+"""Time resolution: one tick is a millionth of the fastest conceivable step of the space,
+so rounding changes the objective by at most ~1e-6 relative (documented integer scaling)."""
+
+KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
+STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision")
+ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
+
+NEUTRAL_STATE = {"zero_stage": 0, "offload": 0}
+NEUTRAL_ACTIVATION = {"checkpoint_kind": 0, "checkpoint_every": 0, "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTable:
+    """One group's items (state or activation) against every key."""
+
+    values: tuple[dict[str, Any], ...]
+    """Plan-field values of each item, in the fixed tie-break order."""
+    valid: np.ndarray
+    """[keys, items] bool: the item is well formed for the key (and fits host/NVMe)."""
+    memory_mib: np.ndarray
+    time_ticks: np.ndarray
+    memory_bytes: np.ndarray
+    time_s: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    workload: TrainingWorkload
+    space: SearchSpace
+    model: ModelSpec
+    gpus: tuple[GpuSpec, ...]
+    keys: dict[str, np.ndarray]
+    """Key columns (KEY_COLUMNS) plus 'gpu_index', each an array over keys in tie-break order."""
+    constant_bytes: np.ndarray
+    budget_mib: np.ndarray
+    """Per key: floor(capacity*(1-headroom)) - ceil(logits + reserve), in MiB."""
+    state: ItemTable
+    activation: ItemTable
+    tick_s: float
+    bound_ticks: int | None
+    """min-gpus objective: the step-time bound in ticks that reaches min_tokens_per_s."""
+    choices: dict = field(repr=False)
+
+    @property
+    def key_count(self) -> int:
+        return len(self.budget_mib)
+
+    def gpu_of(self, key: int) -> GpuSpec:
+        return self.gpus[int(self.keys["gpu_index"][key])]
+
+    def key_values(self, key: int) -> dict[str, Any]:
+        values = {name: int(self.keys[name][key]) for name in KEY_COLUMNS}
+        values["precision"] = PRECISIONS[values["precision"]]
+        values["gpu"] = self.gpu_of(key).name
+        return values
+
+
+def check_space(space: SearchSpace, workload: TrainingWorkload) -> None:
+    check_headroom(workload.headroom_fraction)
+    for name, value in (("max_gpus", space.max_gpus), ("seq_len", workload.seq_len), ("global_batch", workload.global_batch), ("workers", space.workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if space.max_gpus > 1_048_576:
+        raise InputError(f"max_gpus {space.max_gpus} is above the supported 1,048,576")
+    if not (isinstance(space.time_limit_s, (int, float)) and math.isfinite(space.time_limit_s) and space.time_limit_s > 0):
+        raise InputError(f"time limit must be a positive number of seconds, got {space.time_limit_s!r}")
+    if space.objective not in OBJECTIVES:
+        raise InputError(f"objective '{space.objective}' is not one of {', '.join(OBJECTIVES)}")
+    if space.objective == "min-gpus":
+        if space.min_tokens_per_s is None or not math.isfinite(space.min_tokens_per_s) or space.min_tokens_per_s <= 0:
+            raise InputError("objective min-gpus needs --min-tokens-per-s, a positive number")
+    elif space.min_tokens_per_s is not None:
+        raise InputError("--min-tokens-per-s is only used with --objective min-gpus")
+    if not space.gpus:
+        raise InputError("at least one GPU type is needed (--gpu)")
+
+
+def build_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
+    check_space(space, workload)
+    model = load_model(workload.model)
+    if workload.seq_len > model.max_context:
+        raise InputError(f"seq_len {workload.seq_len} is longer than {model.name}'s context of {model.max_context} tokens")
+    choices = parsed_user_choices(space)
+    gpus = _gpu_types(space, choices)
+
+    key_rows, contexts = [], []
+    for gpu_index, gpu in enumerate(gpus):
+        context = DomainContext(
+            layers=model.layers,
+            gpus_per_node=gpu.node.gpus_per_node,
+            max_gpus=space.max_gpus,
+            global_batch=workload.global_batch,
+            allow_tp_across_nodes=space.allow_tp_across_nodes,
+            allow_fp4=space.allow_fp4,
+            supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)),
+        )
+        contexts.append(context)
+        key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
+    if not key_rows:
+        raise InputError(_no_layout_message(model, workload, space, choices))
+    keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(("gpu_index",) + KEY_COLUMNS)}
+
+    state_values = _state_items(contexts[0], choices)
+    activation_values = _activation_items(contexts[0], choices)
+    if not state_values or not activation_values:
+        raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(contexts[0], choices))
+
+    cases = [TrainingCase(model, gpu, workload.seq_len, workload.global_batch, float(workload.headroom_fraction)) for gpu in gpus]
+    constant, state = _evaluate_group(cases, keys, state_values, "state", choices)
+    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices)
+
+    capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
+    budget_bytes = capacity * (1.0 - workload.headroom_fraction)
+    budget_mib = np.floor(budget_bytes / BYTES_PER_MIB).astype(np.int64) - np.ceil(constant / BYTES_PER_MIB).astype(np.int64)
+
+    tick_s = _tick(state, activation)
+    state = _with_ticks(state, tick_s)
+    activation = _with_ticks(activation, tick_s)
+    bound = None
+    if space.objective == "min-gpus":
+        bound_s = workload.global_batch * workload.seq_len / space.min_tokens_per_s
+        bound = int(math.floor(bound_s / tick_s))
+    return Problem(
+        workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
+        budget_mib=budget_mib, state=state, activation=activation, tick_s=tick_s, bound_ticks=bound, choices=choices,
+    )
+
+
+def _gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
+    names = list(space.gpus)
+    if "gpu" in choices["allow"]:
+        names = list(choices["allow"]["gpu"])
+    if "gpu" in choices["pin"]:
+        names = list(choices["pin"]["gpu"])
+    resolved: list[GpuSpec] = []
+    forbidden = {load_gpu(name).name for name in choices["forbid"].get("gpu", ())}
+    for name in names:
+        gpu = load_gpu(name)
+        if gpu.name not in forbidden and gpu not in resolved:
+            resolved.append(gpu)
+    if not resolved:
+        raise InputError("no GPU type left after --forbid gpu=...")
+    return tuple(resolved)
+
+
+def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> list[tuple]:
+    counts = domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
+    counts = [count for count in counts if count <= space.max_gpus]
+    tensor = domain("tensor_parallel", context, choices)
+    pipeline = domain("pipeline_parallel", context, choices)
+    precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
+    micro_batches = domain("micro_batch", context, choices)
+    data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
+    for precision in precisions:
+        if not gpu.supports(precision):
+            if "precision" in choices["pin"] or "precision" in choices["allow"]:
+                raise InputError(f"{gpu.name} does not support {precision} (its tensor cores run: {', '.join(gpu.peak_flops_per_s)})")
+    rows = []
+    for count, t, p in itertools.product(counts, tensor, pipeline):
+        if count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+            continue
+        if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
+            continue
+        if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
+            continue
+        dp = count // (t * p)
+        if None not in data_parallel_allowed and dp not in data_parallel_allowed:
+            continue
+        if workload.global_batch % dp != 0:
+            continue
+        for precision in precisions:
+            if not gpu.supports(precision):
+                continue
+            for b in micro_batches:
+                if (workload.global_batch // dp) % b == 0:
+                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b))
+    return rows
+
+
+def _state_items(context, choices) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad}
+        for zero, offload, grad in itertools.product(
+            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices)
+        )
+    )
+
+
+def _activation_items(context, choices) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {"checkpointing": ckpt, "flash_attention": flash, "sequence_parallel": sp, "virtual_stages": v}
+        for ckpt, flash, sp, v in itertools.product(
+            domain("checkpointing", context, choices),
+            domain("flash_attention", context, choices),
+            domain("sequence_parallel", context, choices),
+            domain("virtual_stages", context, choices),
+        )
+    )
+
+
+def _empty_fields(context, choices) -> str:
+    empty = [
+        field for field in registry.STATE_FIELDS + registry.ACTIVATION_FIELDS
+        if field != "grad_comm_precision" and not domain(field, context, choices)
+    ]
+    return ", ".join(empty) or "grad_comm_precision"
+
+
+def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, ItemTable]:
+    """Evaluate every key x item of one group with the other group held at a neutral item."""
+    key_count, item_count = len(keys["gpus"]), len(items)
+    codes = {name: np.repeat(keys[name], item_count) for name in KEY_COLUMNS}
+    item_codes: dict[str, list[int]] = {}
+    for item in items:
+        merged: dict[str, int] = {}
+        for field_name, value in item.items():
+            if field_name == "grad_comm_precision" and value == SAME_AS_PRECISION:
+                continue
+            merged.update(registry.technique(field_name).columns(value))
+        for name, code in merged.items():
+            item_codes.setdefault(name, []).append(code)
+    for name, values in item_codes.items():
+        codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
+    neutral = NEUTRAL_ACTIVATION if group == "state" else NEUTRAL_STATE
+    for name, code in neutral.items():
+        codes.setdefault(name, np.full(key_count * item_count, code, dtype=np.int64))
+    if "grad_comm_precision" not in codes:
+        codes["grad_comm_precision"] = codes["precision"]
+
+    gpu_index = np.repeat(keys["gpu_index"], item_count)
+    memory = np.zeros(key_count * item_count)
+    seconds = np.zeros(key_count * item_count)
+    constant = np.zeros(key_count * item_count)
+    valid = np.ones(key_count * item_count, dtype=bool)
+    for index, case in enumerate(cases):
+        rows = np.flatnonzero(gpu_index == index)
+        if rows.size == 0:
+            continue
+        columns = PlanColumns(**{name: codes[name][rows] for name in PlanColumns.__dataclass_fields__})
+        values = evaluate_training(case, columns)
+        if group == "state":
+            memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
+            seconds[rows] = values["data_parallel_s"] + values["offload_s"]
+            ok = values["fits_host"] & values["fits_nvme"]
+        else:
+            memory[rows] = values["activations_bytes"]
+            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"]
+            ok = np.ones(rows.size, dtype=bool)
+        constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
+        for mask in invalid_reasons(case, columns).values():
+            ok &= ~np.asarray(mask, dtype=bool)
+        ok &= np.isfinite(seconds[rows])
+        valid[rows] = ok
+    if group == "state":
+        forbidden = choices["forbid"].get("grad_comm_precision", ())
+        for name in forbidden:
+            valid &= codes["grad_comm_precision"] != PRECISIONS.index(name)
+    else:
+        layers_per_stage = np.repeat(cases[0].model.layers // keys["pipeline_parallel"], item_count)
+        every = codes["checkpoint_every"]
+        valid &= (every == 0) | (layers_per_stage % np.maximum(every, 1) == 0)
+    shape = (key_count, item_count)
+    table = ItemTable(
+        values=tuple(items),
+        valid=valid.reshape(shape),
+        memory_mib=np.ceil(memory / BYTES_PER_MIB).astype(np.int64).reshape(shape),
+        time_ticks=np.zeros(shape, dtype=np.int64),
+        memory_bytes=memory.reshape(shape),
+        time_s=seconds.reshape(shape),
+    )
+    return constant.reshape(shape)[:, 0], table
+
+
+def _tick(state: ItemTable, activation: ItemTable) -> float:
+    state_best = np.where(state.valid, state.time_s, np.inf).min(axis=1)
+    activation_best = np.where(activation.valid, activation.time_s, np.inf).min(axis=1)
+    best = float(np.min(state_best + activation_best)) if state_best.size else math.inf
+    if not math.isfinite(best) or best <= 0:
+        best = 1.0
+    return best / TICKS_PER_BEST_STEP
+
+
+def _with_ticks(table: ItemTable, tick_s: float) -> ItemTable:
+    finite = np.where(table.valid, table.time_s, 0.0)
+    ticks = np.rint(finite / tick_s).astype(np.int64)
+    return ItemTable(table.values, table.valid, table.memory_mib, ticks, table.memory_bytes, table.time_s)
+
+
+def _no_layout_message(model, workload, space, choices) -> str:
+    pins = {kind: {field: list(values) for field, values in mapping.items()} for kind, mapping in choices.items() if mapping}
+    return (
+        f"no parallel layout of {model.name} ({model.layers} layers, {model.heads} heads) fits the space: "
+        f"max_gpus={space.max_gpus}, global_batch={workload.global_batch} sequences"
+        + (f", choices {pins}" if pins else "")
+        + "; tp must divide the heads, pp the layers, and dp the global batch"
+    )
