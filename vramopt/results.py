@@ -122,3 +122,114 @@ class TrainingEstimate:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerUp:
+    """The best plan that decides ``changed_field`` differently from the chosen plan."""
+
+    changed_field: str
+    estimate: TrainingEstimate
+    tokens_per_s_loss_fraction: float
+    """1 - its tokens/s over the chosen plan's."""
+    differences: Mapping[str, tuple[Any, Any]]
+    """Plan field -> (chosen value, runner-up value), for the fields that differ."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "changed_field": self.changed_field,
+            "plan": self.estimate.plan_dict(),
+            "memory_total_bytes": self.estimate.total_bytes,
+            "tokens_per_s": self.estimate.tokens_per_s,
+            "tokens_per_s_loss_fraction": self.tokens_per_s_loss_fraction,
+            "differences": {field: {"chosen": pair[0], "runner_up": pair[1]} for field, pair in self.differences.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Relaxation:
+    """One change to the request that makes it feasible, found by re-solving."""
+
+    change: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a request has no plan: the binding constraint with numbers, and what fixes it."""
+
+    reason: str
+    binding_constraint: str
+    needed_bytes_per_gpu: float | None
+    allowed_bytes_per_gpu: float | None
+    relaxations: tuple[Relaxation, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "binding_constraint": self.binding_constraint,
+            "needed_bytes_per_gpu": self.needed_bytes_per_gpu,
+            "allowed_bytes_per_gpu": self.allowed_bytes_per_gpu,
+            "relaxations": [relaxation.to_dict() for relaxation in self.relaxations],
+        }
+
+    def one_line(self) -> str:
+        fix = f"; smallest fix: {self.relaxations[0].change} ({self.relaxations[0].detail})" if self.relaxations else "; no relaxation tried makes it feasible"
+        return f"{self.reason}{fix}"
+
+
+@dataclass(frozen=True, slots=True)
+class SolverReport:
+    engine: str
+    status: str
+    """optimal | feasible | infeasible | timed_out"""
+    wall_time_s: float
+    gap: float
+    objective: str
+    objective_value: tuple[int, ...] | None
+    """The lexicographic integer objective (primary first; see docs/solver.md)."""
+    tick_s: float
+    candidates: int
+    """Candidate rows (keys) left after exact pruning; the exhaustive engine: all keys."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "status": self.status,
+            "wall_time_s": self.wall_time_s,
+            "gap": self.gap,
+            "objective": self.objective,
+            "objective_value": list(self.objective_value) if self.objective_value is not None else None,
+            "tick_s": self.tick_s,
+            "candidates": self.candidates,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SolveResult:
+    """The answer of ``solve``: the plan (or why there is none), the solver report, runners-up."""
+
+    solver: SolverReport
+    estimate: TrainingEstimate | None
+    runners_up: tuple[RunnerUp, ...] = ()
+    explanation: Explanation | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.estimate is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.estimate is not None:
+            body = self.estimate.to_dict()
+        else:
+            body = {"schema": SCHEMA, "workload": "train", "plan": None, "memory": None, "throughput": None}
+        body["solver"] = self.solver.to_dict()
+        body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
+        body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
+        return body
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)

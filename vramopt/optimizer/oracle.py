@@ -77,6 +77,23 @@ def solve_exhaustive(problem) -> Choice | None:
     return best
 
 
+def best_in_keys_by_bound(problem, keys: np.ndarray, lower: np.ndarray, chunk: int = 64) -> Choice | None:
+    """``best_in_keys`` visiting keys in order of a lower bound of the primary objective and
+    stopping once no remaining key can beat (or tie) the best found: exact, and fast when
+    the bound is informative."""
+    keys = keys[lower[keys] < np.iinfo(np.int64).max // 4]
+    keys = keys[np.argsort(lower[keys], kind="stable")]
+    best: Choice | None = None
+    for start in range(0, keys.size, chunk):
+        batch = keys[start : start + chunk]
+        if best is not None and lower[batch[0]] > best.objective[0]:
+            break
+        choice = best_in_keys(problem, np.sort(batch))
+        if choice is not None and (best is None or choice.objective < best.objective):
+            best = choice
+    return best
+
+
 def best_per_key(problem, keys: np.ndarray) -> list[Choice]:
     """Each key's own optimum (keys with no feasible plan are left out)."""
     result = []

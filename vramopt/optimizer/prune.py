@@ -57,6 +57,27 @@ def _best_under_budget(memory, ticks, valid, budget) -> tuple[np.ndarray, np.nda
     return masked[np.arange(len(item)), item], item
 
 
+def lower_bounds(problem) -> np.ndarray:
+    """Per key, a lower bound of the primary objective (UNREACHABLE where nothing fits)."""
+    state, activation = problem.state, problem.activation
+    state_memory = np.where(state.valid, state.memory_mib, UNREACHABLE).min(axis=1)
+    activation_memory = np.where(activation.valid, activation.memory_mib, UNREACHABLE).min(axis=1)
+    feasible = state_memory + activation_memory <= problem.budget_mib
+    ticks = np.where(state.valid, state.time_ticks, UNREACHABLE).min(axis=1) + np.where(
+        activation.valid, activation.time_ticks, UNREACHABLE
+    ).min(axis=1)
+    gpus = problem.keys["gpus"]
+    objective = problem.space.objective
+    if objective == "throughput":
+        primary = ticks
+    elif objective == "per-gpu":
+        primary = gpus * ticks
+    else:
+        feasible = feasible & (ticks <= problem.bound_ticks)
+        primary = gpus
+    return np.where(feasible, primary, UNREACHABLE)
+
+
 def reduce(problem) -> Reduced:
     keys = np.arange(problem.key_count)
     state, activation = problem.state, problem.activation

@@ -1,0 +1,153 @@
+"""Property tests of the search (hypothesis): CP-SAT equals brute force, plans keep their
+headroom in floating point, more GPUs or more memory never hurt, answers are deterministic.
+
+The example count comes from the hypothesis profile (tests/conftest.py): 200 in CI, more
+with HYPOTHESIS_PROFILE=long (benchmarks run the larger sweep).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from vramopt.errors import InputError
+from vramopt.estimate import estimate_training
+from vramopt.optimizer.decode import decode_choice
+from vramopt.optimizer.oracle import solve_exhaustive
+from vramopt.optimizer.problem import build_problem
+from vramopt.optimizer.search import solve_training
+from vramopt.optimizer.solve import solve_cp
+from vramopt.types import SearchSpace, TrainingWorkload
+
+MODELS = ("llama-2-7b", "llama-3.1-8b", "llama-2-13b", "opt-13b", "mixtral-8x7b", "llama-3.1-70b", "gpt3-175b")
+GPUS = ("a100-40gb", "a100-80gb", "h100", "h200", "b200", "l40s", "mi300x", "rtx4090")
+PIN_CHOICES = {
+    "zero_stage": ("0", "1", "2", "3"),
+    "offload": ("none", "cpu", "nvme"),
+    "checkpointing": ("none", "selective", "every:1", "every:2", "every:4"),
+    "precision": ("bf16", "fp8", "fp16"),
+    "flash_attention": ("true", "false"),
+    "tensor_parallel": ("1", "2", "4", "8"),
+    "micro_batch": ("1", "2", "4"),
+}
+
+
+@st.composite
+def requests(draw):
+    workload = TrainingWorkload(
+        model=draw(st.sampled_from(MODELS)),
+        seq_len=draw(st.sampled_from((1024, 2048, 4096))),
+        global_batch=draw(st.sampled_from((8, 16, 32, 64, 256))),
+        headroom_fraction=draw(st.sampled_from((0.0, 0.05, 0.1, 0.2, 0.3))),
+    )
+    pins = draw(st.dictionaries(st.sampled_from(sorted(PIN_CHOICES)), st.none(), max_size=2))
+    pin = {field: draw(st.sampled_from(PIN_CHOICES[field])) for field in pins}
+    forbid_field = draw(st.sampled_from((None,) + tuple(sorted(PIN_CHOICES))))
+    forbid = {}
+    if forbid_field and forbid_field not in pin:
+        forbid = {forbid_field: (draw(st.sampled_from(PIN_CHOICES[forbid_field])),)}
+    objective = draw(st.sampled_from(("throughput", "per-gpu", "min-gpus")))
+    space = SearchSpace(
+        gpus=tuple(draw(st.lists(st.sampled_from(GPUS), min_size=1, max_size=2, unique=True))),
+        max_gpus=draw(st.sampled_from((1, 2, 4, 8, 16, 32))),
+        pin=pin,
+        forbid=forbid,
+        objective=objective,
+        min_tokens_per_s=draw(st.sampled_from((500.0, 5_000.0, 50_000.0))) if objective == "min-gpus" else None,
+        workers=1,
+    )
+    return workload, space
+
+
+def _problem(workload, space):
+    try:
+        return build_problem(workload, space)
+    except InputError:
+        assume(False)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests())
+def test_cp_sat_optimum_equals_exhaustive_optimum(request):
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    event("feasible" if exhaustive is not None else "infeasible")
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+    else:
+        assert outcome.choice is not None
+        # The lexicographic integer objective, and the plan itself (the tie-break is total).
+        assert outcome.choice.objective == exhaustive.objective
+        assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+            exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+        )
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests())
+def test_every_returned_plan_keeps_headroom_in_floating_point(request):
+    workload, space = request
+    problem = _problem(workload, space)
+    choice = solve_exhaustive(problem)
+    assume(choice is not None)
+    estimate = estimate_training(workload, decode_choice(problem, choice))
+    memory = estimate.memory_dict()
+    assert memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
+    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
+
+
+def _best_step_time(workload, space):
+    try:
+        result = solve_training(workload, space, runner_up_count=0)
+    except InputError:
+        return None
+    return result.estimate.values["step_time_s"] if result.estimate else math.inf
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
+@given(
+    st.sampled_from(MODELS),
+    st.sampled_from(("a100-80gb", "h100", "b200")),
+    st.sampled_from((1, 2, 4, 8, 16)),
+    st.sampled_from((16, 64, 256)),
+)
+def test_more_gpus_never_lower_the_optimum(model, gpu, max_gpus, global_batch):
+    workload = TrainingWorkload(model=model, seq_len=2048, global_batch=global_batch)
+    smaller = _best_step_time(workload, SearchSpace(gpus=(gpu,), max_gpus=max_gpus, workers=1))
+    larger = _best_step_time(workload, SearchSpace(gpus=(gpu,), max_gpus=2 * max_gpus, workers=1))
+    assume(smaller is not None and larger is not None)
+    # Step ticks are rounded to a millionth of the best step of each space.
+    assert larger <= smaller * (1 + 2e-6)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=40)
+@given(st.sampled_from(MODELS), st.sampled_from((("h100", "h200"), ("b200", "b200-192gb"))), st.sampled_from((1, 2, 4, 8)))
+def test_a_larger_gpu_never_lowers_the_optimum(model, pair, max_gpus):
+    smaller_gpu, larger_gpu = pair
+    workload = TrainingWorkload(model=model, seq_len=2048, global_batch=64)
+    smaller = _best_step_time(workload, SearchSpace(gpus=(smaller_gpu,), max_gpus=max_gpus, workers=1))
+    larger = _best_step_time(workload, SearchSpace(gpus=(larger_gpu,), max_gpus=max_gpus, workers=1))
+    assume(smaller is not None and larger is not None)
+    assert larger <= smaller * (1 + 2e-6)
+
+
+def _without_timing(result) -> dict:
+    data = result.to_dict()
+    data["solver"].pop("wall_time_s")
+    return data
+
+
+@pytest.mark.parametrize("model,max_gpus", [("70b", 8), ("2t", 16), ("8b", 4), ("405b", 64)])
+def test_same_request_same_plan_with_1_and_8_workers_and_repeated_runs(model, max_gpus):
+    workload = TrainingWorkload(model=model)
+    answers = [
+        _without_timing(solve_training(workload, SearchSpace(max_gpus=max_gpus, workers=workers)))
+        for workers in (1, 8, 1, 8)
+    ]
+    assert all(answer == answers[0] for answer in answers[1:])

@@ -1,0 +1,164 @@
+"""Explain an infeasible request: the binding constraint with its numbers, and the
+smallest relaxations that make it feasible, each found by re-solving a changed request."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from vramopt.costs.precision import PRECISION_ADAM_BYTES, PRECISION_BYTES
+from vramopt.errors import VramoptError
+from vramopt.hardware import all_gpus
+from vramopt.optimizer.decode import decode_choice
+from vramopt.optimizer.oracle import Choice, solve_exhaustive
+from vramopt.optimizer.problem import Problem, build_problem
+from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
+from vramopt.results import Explanation, Relaxation
+from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
+from vramopt.units import BYTES_PER_MIB, format_bytes
+
+MAX_GPUS_TRIED = 65_536
+"""The more-GPUs relaxation doubles max_gpus up to here (beyond, table building is slow)."""
+
+
+def _leanest(problem: Problem) -> Choice | None:
+    """The valid candidate whose memory overshoots its budget the least."""
+    state, activation = problem.state, problem.activation
+    if not state.valid.any() or not activation.valid.any():
+        return None
+    state_memory = np.where(state.valid, state.memory_mib, UNREACHABLE)
+    activation_memory = np.where(activation.valid, activation.memory_mib, UNREACHABLE)
+    state_item = state_memory.argmin(axis=1)
+    activation_item = activation_memory.argmin(axis=1)
+    keys = np.arange(problem.key_count)
+    overshoot = state_memory[keys, state_item] + activation_memory[keys, activation_item] - problem.budget_mib
+    overshoot = np.where((state_memory[keys, state_item] < UNREACHABLE) & (activation_memory[keys, activation_item] < UNREACHABLE), overshoot, UNREACHABLE)
+    key = int(np.argmin(overshoot))
+    if overshoot[key] >= UNREACHABLE:
+        return None
+    return Choice(key, int(state_item[key]), int(activation_item[key]), (int(overshoot[key]),))
+
+
+def _try(workload: TrainingWorkload, space: SearchSpace) -> Problem | None:
+    try:
+        problem = build_problem(workload, space)
+    except VramoptError:
+        return None
+    return problem if (lower_bounds(problem) < UNREACHABLE).any() else None
+
+
+def _summary(problem: Problem, choice: Choice | None) -> str:
+    if choice is None:
+        return "no plan"
+    plan = decode_choice(problem, choice)
+    return (
+        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, zero={plan.zero_stage}, "
+        f"{plan.precision}, offload={plan.offload}, checkpointing={plan.checkpointing}"
+    )
+
+
+def _best_detail(problem: Problem) -> str:
+    choice = solve_exhaustive(problem)
+    return "best plan " + _summary(problem, choice)
+
+
+def _relaxations(problem: Problem, workload: TrainingWorkload, space: SearchSpace) -> list[Relaxation]:
+    found: list[Relaxation] = []
+    factor = 2
+    while space.max_gpus * factor <= MAX_GPUS_TRIED:
+        bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor))
+        if bigger is not None:
+            feasible_gpus = bigger.keys["gpus"][lower_bounds(bigger) < UNREACHABLE]
+            smallest = int(feasible_gpus.min())
+            found.append(Relaxation(f"--max-gpus {smallest}", f"the smallest GPU count with a plan that fits is {smallest}"))
+            break
+        factor *= 2
+    choices = problem.choices
+    for field, change in (("offload", "allow offload (cpu or nvme)"), ("precision", "allow precision fp8")):
+        restricted = field in choices["pin"] or field in choices["allow"] or field in choices["forbid"]
+        if field == "precision" and not restricted:
+            continue
+        if restricted:
+            relaxed = replace(
+                space,
+                pin={key: value for key, value in space.pin.items() if key != field},
+                allow={key: value for key, value in space.allow.items() if key != field},
+                forbid={key: value for key, value in space.forbid.items() if key != field},
+            )
+            result = _try(workload, relaxed)
+            if result is not None:
+                found.append(Relaxation(change, _best_detail(result)))
+    largest = max(gpu.memory_bytes for gpu in problem.gpus)
+    for gpu in sorted(all_gpus(), key=lambda item: item.memory_bytes):
+        if gpu.memory_bytes <= largest:
+            continue
+        result = _try(workload, replace(space, gpus=(gpu.name,), pin={k: v for k, v in space.pin.items() if k != "gpu"}, allow={k: v for k, v in space.allow.items() if k != "gpu"}))
+        if result is not None:
+            found.append(Relaxation(f"--gpu {gpu.name}", f"{format_bytes(gpu.memory_bytes)} per GPU: " + _best_detail(result)))
+            break
+    if space.pin or space.allow or space.forbid:
+        result = _try(workload, replace(space, pin={}, allow={}, forbid={}))
+        if result is not None:
+            found.append(Relaxation("drop the --pin/--allow/--forbid choices", _best_detail(result)))
+    leanest = _leanest(problem)
+    if leanest is not None and workload.headroom_fraction > 0:
+        gpu = problem.gpu_of(leanest.key)
+        needed_mib = int(problem.state.memory_mib[leanest.key, leanest.state_item] + problem.activation.memory_mib[leanest.key, leanest.activation_item])
+        needed_bytes = (needed_mib + math.ceil(problem.constant_bytes[leanest.key] / BYTES_PER_MIB) + 1) * BYTES_PER_MIB
+        headroom = math.floor((1.0 - needed_bytes / gpu.memory_bytes) * 1000) / 1000
+        if 0 <= headroom < workload.headroom_fraction:
+            result = _try(replace(workload, headroom_fraction=headroom), space)
+            if result is not None:
+                found.append(Relaxation(f"--headroom {headroom:.3f}", f"leaves {headroom:.1%} of each GPU free instead of {workload.headroom_fraction:.0%}"))
+    return found
+
+
+def _model_state_sentence(problem: Problem) -> str:
+    model = problem.model
+    precision = PRECISIONS.index("bf16")
+    per_param = 2 * PRECISION_BYTES[precision] + PRECISION_ADAM_BYTES[precision]
+    gpu = max(problem.gpus, key=lambda item: item.memory_bytes)
+    holds = problem.space.max_gpus * gpu.memory_bytes * (1 - problem.workload.headroom_fraction)
+    return (
+        f"training {model.params_total / 1e9:,.0f}B parameters with Adam needs {format_bytes(model.params_total * per_param)} "
+        f"of model state ({per_param:.0f} bytes per parameter in bf16); {problem.space.max_gpus} x {gpu.name} "
+        f"at {problem.workload.headroom_fraction:.0%} headroom holds {format_bytes(holds)}"
+    )
+
+
+def explain_infeasible(problem: Problem) -> Explanation:
+    workload, space = problem.workload, problem.space
+    relaxations = tuple(_relaxations(problem, workload, space))
+    if space.objective == "min-gpus":
+        memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
+        if memory_only is not None:
+            best = solve_exhaustive(memory_only)
+            best_seconds = (
+                memory_only.state.time_s[best.key, best.state_item] + memory_only.activation.time_s[best.key, best.activation_item]
+            )
+            reachable = workload.global_batch * workload.seq_len / best_seconds
+            reason = (
+                f"the fastest plan within {space.max_gpus} GPUs reaches about {reachable:,.0f} tokens/s, "
+                f"below the target of {space.min_tokens_per_s:,.0f} tokens/s"
+            )
+            extra = (Relaxation(f"--min-tokens-per-s {math.floor(reachable)}", "the best reachable throughput"),)
+            return Explanation(reason, "throughput_target", None, None, relaxations + extra)
+    leanest = _leanest(problem)
+    if leanest is None:
+        reason = "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO) or every activation choice is excluded"
+        return Explanation(reason, "host_or_nvme_capacity", None, None, relaxations)
+    gpu = problem.gpu_of(leanest.key)
+    needed = (
+        problem.state.memory_bytes[leanest.key, leanest.state_item]
+        + problem.activation.memory_bytes[leanest.key, leanest.activation_item]
+        + problem.constant_bytes[leanest.key]
+    )
+    allowed = gpu.memory_bytes * (1 - workload.headroom_fraction)
+    reason = (
+        f"{_model_state_sentence(problem)}; the leanest plan ({_summary(problem, leanest)}) needs "
+        f"{format_bytes(needed)} per GPU, {gpu.name} allows {format_bytes(allowed)} "
+        f"({format_bytes(gpu.memory_bytes)} at {workload.headroom_fraction:.0%} headroom)"
+    )
+    return Explanation(reason, "gpu_memory", float(needed), float(allowed), relaxations)

@@ -1,0 +1,58 @@
+"""Runners-up: for each headline technique, the best plan that decides it differently.
+
+Each is found by enumeration over the same integer tables (``oracle.best_in_keys``) with
+the chosen value masked out, so "what each loses" is exact, not a heuristic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from vramopt.optimizer.decode import plan_values
+from vramopt.optimizer.oracle import Choice, best_in_keys_by_bound
+from vramopt.optimizer.prune import lower_bounds
+from vramopt.optimizer.problem import Problem, ItemTable
+
+RUNNER_UP_FIELDS = (
+    "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "pipeline_parallel",
+    "gpus", "micro_batch", "flash_attention", "gpu",
+)
+
+
+def _masked(table: ItemTable, keep_items: np.ndarray) -> ItemTable:
+    valid = table.valid & keep_items
+    return ItemTable(table.values, valid, table.memory_mib, table.time_ticks, table.memory_bytes, table.time_s)
+
+
+def _without(problem: Problem, field: str, value) -> tuple[Problem, np.ndarray]:
+    keys = np.arange(problem.key_count)
+    state, activation = problem.state, problem.activation
+    if field in ("zero_stage", "offload", "grad_comm_precision"):
+        keep = np.array([item[field] != value for item in state.values])
+        state = _masked(state, keep[None, :])
+    elif field in ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"):
+        keep = np.array([item[field] != value for item in activation.values])
+        activation = _masked(activation, keep[None, :])
+    else:
+        keys = np.array([key for key in keys if problem.key_values(key)[field] != value], dtype=np.int64)
+    return replace(problem, state=state, activation=activation), keys
+
+
+def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[str, Choice]]:
+    """Up to ``count`` (field changed, choice) pairs, best first, distinct plans."""
+    chosen_values = plan_values(problem, chosen.key, chosen.state_item, chosen.activation_item)
+    found: dict[tuple[int, int, int], tuple[str, Choice]] = {}
+    # Masking a value only removes candidates, so the unmasked bounds stay valid.
+    lower = lower_bounds(problem)
+    for field in RUNNER_UP_FIELDS:
+        masked, keys = _without(problem, field, chosen_values[field])
+        choice = best_in_keys_by_bound(masked, keys, lower)
+        if choice is None:
+            continue
+        identity = (choice.key, choice.state_item, choice.activation_item)
+        if identity not in found or choice.objective < found[identity][1].objective:
+            found[identity] = (field, choice)
+    ranked = sorted(found.values(), key=lambda pair: pair[1].objective)
+    return ranked[:count]

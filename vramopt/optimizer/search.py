@@ -1,0 +1,72 @@
+"""``solve_training``: build the problem, run an engine, decode, re-verify, explain.
+
+Every plan that leaves here has been re-evaluated in floating point by ``estimate`` and
+still keeps the headroom and the host/NVMe capacities (DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+import time
+
+from vramopt.errors import VramoptError
+from vramopt.estimate import estimate_training
+from vramopt.optimizer.decode import decode_choice, plan_values
+from vramopt.optimizer.explain import explain_infeasible
+from vramopt.optimizer.objective import primary_name
+from vramopt.optimizer.oracle import solve_exhaustive
+from vramopt.optimizer.problem import build_problem
+from vramopt.optimizer.runners_up import runners_up
+from vramopt.optimizer.solve import solve_cp
+from vramopt.results import RunnerUp, SolveResult, SolverReport
+from vramopt.types import SearchSpace, TrainingWorkload
+
+ENGINES = ("cp-sat", "exhaustive")
+
+
+class PlanVerificationError(VramoptError):
+    """A decoded plan failed the floating-point re-check (a bug: integer tables round up)."""
+
+
+def solve_training(workload: TrainingWorkload, space: SearchSpace, engine: str = "cp-sat", runner_up_count: int = 3) -> SolveResult:
+    if engine not in ENGINES:
+        raise VramoptError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
+    started = time.perf_counter()
+    problem = build_problem(workload, space)
+    if engine == "exhaustive":
+        choice = solve_exhaustive(problem)
+        status, gap, candidates = ("optimal" if choice else "infeasible"), 0.0, problem.key_count
+    else:
+        remaining = max(space.time_limit_s - (time.perf_counter() - started), 0.01)
+        outcome = solve_cp(problem, remaining, space.workers)
+        choice, status, gap, candidates = outcome.choice, outcome.status, outcome.gap, outcome.candidates
+
+    def report(final_status: str) -> SolverReport:
+        return SolverReport(
+            engine=engine,
+            status=final_status,
+            wall_time_s=time.perf_counter() - started,
+            gap=gap,
+            objective=f"{space.objective} ({primary_name(problem)}, then fewer GPUs/more headroom/fixed order)",
+            objective_value=choice.objective if choice else None,
+            tick_s=problem.tick_s,
+            candidates=candidates,
+        )
+
+    if choice is None:
+        explanation = explain_infeasible(problem) if status == "infeasible" else None
+        return SolveResult(solver=report(status), estimate=None, explanation=explanation)
+
+    plan = decode_choice(problem, choice)
+    estimate = estimate_training(workload, plan)
+    if not estimate.fits:
+        raise PlanVerificationError(f"internal error: the decoded plan does not fit in floating point: {plan}")
+    chosen_values = plan_values(problem, choice.key, choice.state_item, choice.activation_item)
+    alternatives = []
+    for field, alternative in runners_up(problem, choice, runner_up_count):
+        alternative_plan = decode_choice(problem, alternative)
+        alternative_estimate = estimate_training(workload, alternative_plan)
+        values = plan_values(problem, alternative.key, alternative.state_item, alternative.activation_item)
+        differences = {name: (chosen_values[name], values[name]) for name in chosen_values if chosen_values[name] != values[name]}
+        loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
+        alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
+    return SolveResult(solver=report(status), estimate=estimate, runners_up=tuple(alternatives))
