@@ -269,8 +269,18 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
     seconds = np.zeros(key_count * item_count)
     constant = np.zeros(key_count * item_count)
     valid = np.ones(key_count * item_count, dtype=bool)
+    valid[:] = False
     for index, case in enumerate(cases):
         rows = np.flatnonzero(gpu_index == index)
+        if rows.size == 0:
+            continue
+        columns = PlanColumns(**{name: codes[name][rows] for name in PlanColumns.__dataclass_fields__})
+        well_formed = np.ones(rows.size, dtype=bool)
+        for mask in invalid_reasons(case, columns).values():
+            well_formed &= ~np.asarray(mask, dtype=bool)
+        # Evaluate only well-formed rows: most activation items are malformed for most keys
+        # (sequence parallelism without tp, interleaving without pp).
+        rows = rows[well_formed]
         if rows.size == 0:
             continue
         columns = PlanColumns(**{name: codes[name][rows] for name in PlanColumns.__dataclass_fields__})
@@ -284,10 +294,7 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
             seconds[rows] = values["compute_s"] + values["tensor_parallel_s"]
             ok = np.ones(rows.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
-        for mask in invalid_reasons(case, columns).values():
-            ok &= ~np.asarray(mask, dtype=bool)
-        ok &= np.isfinite(seconds[rows])
-        valid[rows] = ok
+        valid[rows] = ok & np.isfinite(seconds[rows])
     if group == "state":
         forbidden = choices["forbid"].get("grad_comm_precision", ())
         for name in forbidden:
@@ -305,7 +312,8 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
         memory_bytes=memory.reshape(shape),
         time_s=seconds.reshape(shape),
     )
-    return constant.reshape(shape)[:, 0], table
+    # logits + reserve depend on the key only; rows left unevaluated hold 0.
+    return constant.reshape(shape).max(axis=1), table
 
 
 def _tick(state: ItemTable, activation: ItemTable) -> float:

@@ -1,0 +1,80 @@
+"""Solve latency: CP-SAT vs the exhaustive engine, in-process and through the CLI.
+
+Run: python benchmarks/solve_latency.py [--repeats 3]
+Prints, for 2t and 70b at max-gpus 16, 256, 1,024 and 16,384 (training, default space):
+the candidate rows, the size of the full configuration space the exhaustive engine scans,
+the wall time of each engine end to end (tables + search + decode + re-verification,
+runner-up search excluded and reported apart), and their ratio. Then the end-to-end CLI time of
+`vramopt solve --model 2t --max-gpus 16` (process start included). Best of --repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from vramopt.optimizer.oracle import feasible_mask
+from vramopt.optimizer.problem import build_problem
+from vramopt.optimizer.search import solve_training
+from vramopt.types import SearchSpace, TrainingWorkload
+
+CASES = [(model, gpus) for model in ("2t", "70b") for gpus in (16, 256, 1024, 16384)]
+
+
+def best_time(function, repeats: int) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = function()
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+def configurations(problem) -> tuple[int, int]:
+    """(well-formed configurations, of which fit) in the space the oracle enumerates."""
+    state, activation = problem.state, problem.activation
+    well_formed = int((state.valid.sum(axis=1) * activation.valid.sum(axis=1)).sum())
+    fitting = 0
+    for start in range(0, problem.key_count, 256):
+        keys = np.arange(start, min(start + 256, problem.key_count))
+        fitting += int(feasible_mask(problem, keys).sum())
+    return well_formed, fitting
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    print(f"{'model':>5} {'max_gpus':>8} {'keys':>6} {'configs':>12} {'fit':>11} {'build_s':>8} {'cp_sat_s':>9} {'exhaustive_s':>12} {'ratio':>6} {'runners_up_s':>12} status   plan")
+    for model, gpus in CASES:
+        workload, space = TrainingWorkload(model=model), SearchSpace(max_gpus=gpus, workers=1)
+        solve_training(workload, space, runner_up_count=0)  # warm the catalogs and imports
+        build_s, problem = best_time(lambda: build_problem(workload, space), arguments.repeats)
+        cp_s, cp = best_time(lambda: solve_training(workload, space, runner_up_count=0), arguments.repeats)
+        ex_s, ex = best_time(lambda: solve_training(workload, space, engine="exhaustive", runner_up_count=0), arguments.repeats)
+        full_s, _ = best_time(lambda: solve_training(workload, space), 1)
+        assert cp.solver.objective_value == ex.solver.objective_value, (model, gpus)
+        well_formed, fitting = configurations(problem)
+        plan = cp.estimate.plan if cp.estimate else None
+        summary = f"{plan.gpus}x tp{plan.tensor_parallel} pp{plan.pipeline_parallel} z{plan.zero_stage} {plan.precision} {plan.offload} {plan.checkpointing}" if plan else "-"
+        print(
+            f"{model:>5} {gpus:>8} {problem.key_count:>6} {well_formed:>12,} {fitting:>11,} {build_s:>8.3f} {cp_s:>9.3f} {ex_s:>12.3f} "
+            f"{ex_s / cp_s:>6.2f} {full_s - cp_s:>12.3f} {cp.solver.status:<8} {summary}"
+        )
+    executable = shutil.which("vramopt")
+    if executable:
+        command = [executable, "solve", "--model", "2t", "--max-gpus", "16"]
+        cli_s, _ = best_time(lambda: subprocess.run(command, check=True, capture_output=True), arguments.repeats)
+        import_s, _ = best_time(lambda: subprocess.run([sys.executable, "-c", "import vramopt.cli"], check=True), arguments.repeats)
+        print(f"CLI end to end: {' '.join(command[1:])}: {cli_s:.3f} s (of which python start + imports: {import_s:.3f} s)")
+    else:
+        print("CLI end to end: 'vramopt' is not on PATH (pip install -e .)")
+
+
+if __name__ == "__main__":
+    main()
