@@ -1,0 +1,309 @@
+"""The ``vramopt`` command line: parse flags, call the library, display. Nothing else.
+
+Commands: ``estimate`` (one training plan), ``gpus`` and ``models`` (the catalogs).
+A new command is three steps: declare it with ``@main.command()``, stack the shared option
+decorators it needs (``workload_options``, ``plan_options``, ``format_option``), and end
+with ``emit(result_dict, output_format, render_table)``.
+
+Errors: every ``VramoptError`` and every usage error becomes one line ``error: ...`` on
+stderr and exit status 2; an unexpected exception becomes ``error: internal error: ...``
+and exit status 70 (EX_SOFTWARE), without a traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import sys
+from typing import Any, Callable, Mapping
+
+import click
+
+from vramopt import __version__
+from vramopt.costs.coefficients import coefficient
+from vramopt.display import (
+    OUTPUT_FORMATS,
+    flatten,
+    gpus_json,
+    models_json,
+    render_gpus,
+    render_models,
+    render_training,
+    to_csv,
+    to_json,
+)
+from vramopt.errors import InputError, VramoptError
+from vramopt.estimate import estimate_training
+from vramopt.hardware import all_gpus, load_gpu
+from vramopt.models import all_models
+from vramopt.plan import checkpointing_name, parse_checkpointing
+from vramopt.types import PRECISIONS, TrainingPlan, TrainingWorkload
+
+EXIT_USAGE = 2
+"""Bad input of any kind: a usage error, a VramoptError (click uses 2 for usage errors)."""
+EXIT_INTERNAL = 70
+"""An unexpected exception: a bug in vramopt (EX_SOFTWARE of sysexits.h)."""
+
+OFFLOAD_CHOICES = ("none", "cpu", "nvme")
+DEFAULT_HEADROOM_FRACTION = 0.10
+"""The seed's rule: keep at least 10% of each GPU's memory free."""
+
+
+# ---------------------------------------------------------------------------------------
+# Error handling: one line on stderr, never a traceback by default
+
+
+def fail_line(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class VramoptGroup(click.Group):
+    """A click group that reports every failure as one ``error:`` line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except VramoptError as error:
+            fail_line(one_line(str(error)))
+            raise click.exceptions.Exit(EXIT_USAGE) from None
+        except OSError as error:
+            if error.errno == errno.EPIPE:
+                raise  # click's main() handles a closed pipe (e.g. `| head`)
+            return self._internal_error(ctx, error)
+        except Exception as error:  # noqa: BLE001 - the last line of defence for users
+            return self._internal_error(ctx, error)
+
+    @staticmethod
+    def _internal_error(ctx: click.Context, error: Exception) -> Any:
+        if ctx.params.get("debug"):
+            raise error
+        fail_line(f"internal error: {type(error).__name__}: {one_line(str(error))} (please report; `vramopt --debug ...` shows the traceback)")
+        raise click.exceptions.Exit(EXIT_INTERNAL) from None
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """As click's, but a usage error prints one line instead of usage + hint + error."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.ClickException as error:
+            message = one_line(error.format_message())
+            context = getattr(error, "ctx", None)
+            if context is not None:
+                message += f" (see '{context.command_path} --help')"
+            fail_line(message)
+            status = error.exit_code
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            status = 1
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Parameter types
+
+
+class HeadroomType(click.ParamType):
+    """A fraction in [0, 1) of each GPU's memory that must stay free: '0.1' or '10%'."""
+
+    name = "fraction"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            fraction = value
+        else:
+            text = str(value).strip()
+            try:
+                fraction = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+            except ValueError:
+                self.fail(f"'{value}' is not a fraction like 0.1 or a percentage like 10%", param, ctx)
+        if not math.isfinite(fraction) or not 0.0 <= fraction < 1.0:
+            self.fail(f"headroom must be in [0, 1) (or 0% to <100%), got '{value}'", param, ctx)
+        return fraction
+
+
+class CheckpointingType(click.ParamType):
+    """'none', 'selective', 'full' (= every:1) or 'every:K'; normalized to the plan's spelling."""
+
+    name = "none|selective|full|every:K"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return checkpointing_name(*parse_checkpointing(str(value)))
+        except InputError as error:
+            self.fail(str(error), param, ctx)
+
+
+POSITIVE = click.IntRange(min=1)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared options (reused by every command that takes a workload or a plan)
+
+
+def format_option(choices: tuple[str, ...] = OUTPUT_FORMATS) -> Callable:
+    return click.option(
+        "--format", "output_format", type=click.Choice(choices), default=choices[0], show_default=True,
+        help="Output: a readable table, the JSON contract (docs/json-contract.md) or CSV.",
+    )
+
+
+def apply_options(options: list[Callable]) -> Callable:
+    def decorate(function: Callable) -> Callable:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+workload_options = apply_options(
+    [
+        click.option("--model", default="70b", show_default=True,
+                     help="Catalog name or alias (see `vramopt models`), or a Hugging Face config.json path."),
+        click.option("--seq-len", type=POSITIVE, default=4096, show_default=True, help="Tokens per sequence."),
+        click.option("--global-batch", type=POSITIVE, default=1024, show_default=True,
+                     help="Sequences per optimizer step (must be a multiple of micro-batch x data parallel)."),
+        click.option("--headroom", type=HeadroomType(), default=DEFAULT_HEADROOM_FRACTION, show_default=True,
+                     help="Fraction of each GPU's memory that must stay free: 0.1 or 10%."),
+    ]
+)
+
+plan_options = apply_options(
+    [
+        click.option("--gpu", default="b200", show_default=True, help="GPU type (see `vramopt gpus`)."),
+        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x pp x dp."),
+        click.option("--tp", "tensor_parallel", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+                     help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
+        click.option("--virtual-stages", type=POSITIVE, default=1, show_default=True,
+                     help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B)."),
+        click.option("--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage 0-3."),
+        click.option("--checkpoint", "checkpointing", type=CheckpointingType(), default="none", show_default=True,
+                     help="Activation checkpointing: none, selective, full (= every:1) or every:K layers."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+                     help="Compute precision (fp32 master weights and Adam states stay fp32)."),
+        click.option("--grad-comm-precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Precision of gradients on the wire.  [default: same as --precision]"),
+        click.option("--offload", type=click.Choice(OFFLOAD_CHOICES), default="none", show_default=True,
+                     help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3)."),
+        click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
+                     help="FlashAttention: no s^2 attention-score activations."),
+        click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
+    ]
+)
+
+
+def build_plan(options: Mapping[str, Any]) -> TrainingPlan:
+    return TrainingPlan(
+        gpu=options["gpu"],
+        gpus=options["gpus"],
+        tensor_parallel=options["tensor_parallel"],
+        pipeline_parallel=options["pipeline_parallel"],
+        sequence_parallel=options["sequence_parallel"],
+        virtual_stages=options["virtual_stages"],
+        zero_stage=options["zero_stage"],
+        checkpointing=options["checkpointing"],
+        precision=options["precision"],
+        grad_comm_precision=options["grad_comm_precision"] or options["precision"],
+        offload=options["offload"],
+        flash_attention=options["flash_attention"],
+        micro_batch=options["micro_batch"],
+    )
+
+
+def build_workload(options: Mapping[str, Any]) -> TrainingWorkload:
+    return TrainingWorkload(
+        model=options["model"],
+        seq_len=options["seq_len"],
+        global_batch=options["global_batch"],
+        headroom_fraction=options["headroom"],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+
+def emit(result: Any, output_format: str, render_table: Callable[[Any], str] | None = None) -> None:
+    """Write one result to stdout.
+
+    ``json``: ``result`` as is (a v1 dict or a list of them). ``csv``: a v1 dict becomes one
+    row of dotted ``plan.*``, ``memory.*``, ``throughput.*`` columns; a list is taken as rows
+    already flattened (e.g. a Pareto front). ``table``: ``render_table(result)``.
+    """
+    if output_format == "json":
+        text = to_json(result)
+    elif output_format == "csv":
+        rows = result if isinstance(result, list) else [flatten(result)]
+        text = to_csv(rows).rstrip("\n")
+    elif render_table is not None:
+        text = render_table(result)
+    else:
+        raise ValueError(f"no table view for this result (format {output_format!r})")
+    click.echo(text)
+
+
+def offload_limits(gpu_name: str) -> tuple[float, float]:
+    """Host RAM and NVMe per node that offloaded states may use (bytes), for display."""
+    node = load_gpu(gpu_name).node
+    return (
+        node.host_ram_bytes * coefficient("host_ram_usable_fraction"),
+        node.nvme_capacity_bytes * coefficient("nvme_usable_fraction"),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
+
+
+@click.group(cls=VramoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="vramopt")
+@click.option("--debug", is_flag=True, hidden=True, help="Show the traceback of internal errors.")
+def main(debug: bool) -> None:
+    """Find the highest-throughput combination of GPU memory techniques that keeps every
+    GPU within its memory headroom. GB = 1e9 bytes throughout."""
+
+
+@main.command()
+@workload_options
+@plan_options
+@format_option()
+def estimate(output_format: str, **options: Any) -> None:
+    """Evaluate one training plan: memory per GPU, whether it fits, and throughput."""
+    result = estimate_training(build_workload(options), build_plan(options)).to_dict()
+    host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
+    emit(result, output_format, lambda data: render_training(data, host_limit, nvme_limit))
+
+
+@main.command()
+@format_option(("table", "json"))
+def gpus(output_format: str) -> None:
+    """List the hardware catalog (every value's source is in --format json)."""
+    catalog = all_gpus()
+    emit(gpus_json(catalog) if output_format == "json" else catalog, output_format, render_gpus)
+
+
+@main.command()
+@format_option(("table", "json"))
+def models(output_format: str) -> None:
+    """List the model catalog (every value's source is in --format json)."""
+    catalog = all_models()
+    emit(models_json(catalog) if output_format == "json" else catalog, output_format, render_models)
+
+
+# `vramopt solve` goes here: @main.command(), @workload_options plus the search-space
+# options, then emit(response.to_dict(), output_format, render_training) (the solver's
+# response carries the same plan/memory/throughput sections).
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,276 @@
+"""Text, JSON and CSV rendering of results for the CLI: the display edge.
+
+Everything here takes plain data (the "vramopt/v1" dicts of ``results.py`` and the catalog
+dataclasses) and returns strings; nothing prints. Unit conversions happen here and only
+here: GB means 1e9 bytes (decimal, as GPU datasheets use it), TB 1e12, TFLOP/s 1e12 FLOP/s.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+from vramopt.units import BYTES_PER_GB, FLOPS_PER_TFLOPS
+
+OUTPUT_FORMATS = ("table", "json", "csv")
+
+CSV_SECTIONS = ("plan", "memory", "throughput")
+"""Sections of a v1 response flattened into dotted CSV columns (``plan.gpus`` ...)."""
+
+MEMORY_LABELS = {
+    "weights_bytes": "weights",
+    "gradients_bytes": "gradients",
+    "optimizer_bytes": "optimizer states (Adam)",
+    "activations_bytes": "activations",
+    "logits_bytes": "logits (fp32, last stage)",
+    "kv_cache_bytes": "KV cache",
+    "reserve_bytes": "framework reserve",
+}
+"""Memory terms of the v1 ``memory`` object, in contract order, with their display names."""
+
+
+# ---------------------------------------------------------------------------------------
+# Generic helpers
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclasses, mappings and tuples -> JSON-ready dicts and lists (recursively)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): to_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(item) for item in value]
+    return value
+
+
+def to_json(data: Any) -> str:
+    """Indented JSON; NaN and infinity are refused (they are not JSON)."""
+    return json.dumps(data, indent=2, allow_nan=False)
+
+
+def flatten(result: Mapping[str, Any], sections: Sequence[str] = CSV_SECTIONS) -> dict[str, Any]:
+    """``{"plan": {"gpus": 4}}`` -> ``{"plan.gpus": 4}`` for the given sections, in order."""
+    row: dict[str, Any] = {}
+    for section in sections:
+        for key, value in result.get(section, {}).items():
+            row[f"{section}.{key}"] = value
+    return row
+
+
+def csv_cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """One header row (the keys of the first row) and one line per row."""
+    rows = list(rows)
+    buffer = io.StringIO()
+    if not rows:
+        return ""
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = list(rows[0])
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([csv_cell(row.get(key, "")) for key in header])
+    return buffer.getvalue()
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
+    """A plain monospace table; ``align`` has one 'l' or 'r' per column (default: 'l' first, 'r' rest)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max([len(str(header))] + [len(row[index]) for row in cells]) for index, header in enumerate(headers)]
+
+    def line(items: Sequence[str]) -> str:
+        parts = [item.ljust(width) if side == "l" else item.rjust(width) for item, width, side in zip(items, widths, align)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line([str(header) for header in headers]), line(["-" * width for width in widths])] + [line(row) for row in cells])
+
+
+def gb(value_bytes: float, digits: int = 1) -> str:
+    return f"{value_bytes / BYTES_PER_GB:,.{digits}f}"
+
+
+def percent(fraction: float, digits: int = 1) -> str:
+    return f"{100.0 * fraction:.{digits}f}%"
+
+
+def yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def on_off(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+# ---------------------------------------------------------------------------------------
+# One training plan (the v1 response of ``estimate``; the solver's answer has the same
+# plan/memory/throughput sections, so it renders with the same functions)
+
+
+def render_plan(result: Mapping[str, Any]) -> str:
+    model, plan = result["model"], result["plan"]
+    node_word = "node" if plan["nodes"] == 1 else "nodes"
+    tokens_per_step = plan["global_batch"] * plan["seq_len"]
+    lines = [
+        f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters"
+        + (f" ({model['params_active'] / 1e9:.1f}B active)" if model["params_active"] != model["params_total"] else "")
+        + f", {model['layers']} layers, {model['heads']} heads",
+        f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} {node_word})",
+        f"parallel  tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
+        f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
+        f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
+        f"flash attention {on_off(plan['flash_attention'])}",
+        f"precision {plan['precision']} compute, {plan['grad_comm_precision']} gradient communication",
+        f"batch     {plan['global_batch']:,} sequences x {plan['seq_len']:,} tokens = {tokens_per_step:,} tokens per step "
+        f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
+    ]
+    return "\n".join(lines)
+
+
+def render_memory(memory: Mapping[str, Any]) -> str:
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    limit = capacity * (1.0 - required)
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in MEMORY_LABELS.items()]
+    rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
+    rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(limit), percent(1.0 - required)])
+    rows.append(["capacity", gb(capacity), percent(1.0)])
+    return table(rows, ["memory per GPU", "GB", "% of capacity"])
+
+
+def fit_lines(memory: Mapping[str, Any], host_limit_bytes: float | None, nvme_limit_bytes: float | None) -> list[str]:
+    """The verdict, FITS or DOES NOT FIT, then one line per limit that applies.
+
+    The GPU-memory line is always shown; the host-RAM and NVMe lines when the plan offloads
+    there or does not fit there. ``*_limit_bytes`` are the usable capacities per node.
+    """
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    limit = capacity * (1.0 - required)
+    total = memory["total_bytes"]
+    if memory["fits"]:
+        gpu_text = (f"{gb(total)} GB per GPU <= {gb(limit)} GB limit; {percent(memory['headroom_fraction'])} "
+                    f"of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
+    else:
+        gpu_text = (f"{gb(total)} GB per GPU > {gb(limit)} GB limit ({gb(capacity)} GB less "
+                    f"{percent(required, 0)} headroom): over by {gb(total - limit)} GB")
+    checks = [("GPU memory", bool(memory["fits"]), gpu_text)]
+    for label, used_key, fits_key, usable in (
+        ("host RAM per node", "host_bytes_per_node", "fits_host", host_limit_bytes),
+        ("NVMe per node", "nvme_bytes_per_node", "fits_nvme", nvme_limit_bytes),
+    ):
+        used, ok = memory[used_key], bool(memory[fits_key])
+        if used <= 0 and ok:
+            continue
+        if usable is None:
+            text = f"{gb(used)} GB offloaded" + ("" if ok else " (more than the node holds)")
+        elif ok:
+            text = f"{gb(used)} GB offloaded <= {gb(usable)} GB usable"
+        else:
+            text = f"{gb(used)} GB offloaded > {gb(usable)} GB usable: over by {gb(used - usable)} GB"
+        checks.append((label, ok, text))
+    verdict = "FITS" if all(ok for _, ok, _ in checks) else "DOES NOT FIT"
+    width = max(len(label) for label, _, _ in checks)
+    return [verdict] + [f"  {label.ljust(width)}  {'ok  ' if ok else 'FAIL'}  {text}" for label, ok, text in checks]
+
+
+def render_throughput(result: Mapping[str, Any]) -> str:
+    throughput, plan = result["throughput"], result["plan"]
+    step = throughput["step_time_s"]
+    summary = [
+        ["tokens/s", f"{throughput['tokens_per_s']:,.0f}"],
+        ["step time", f"{step:,.2f} s"],
+        [f"MFU (model FLOPs / dense {plan['precision']} peak)", percent(throughput["mfu"])],
+        ["achieved TFLOP/s per GPU (incl. recomputation)", f"{throughput['achieved_tflops_per_gpu']:,.0f}"],
+    ]
+    breakdown = [
+        [f"compute (incl. pipeline bubble {percent(throughput['bubble_fraction'])})", throughput["compute_s"]],
+        ["tensor-parallel communication", throughput["tensor_parallel_s"]],
+        ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
+        ["offload transfers", throughput["offload_s"]],
+    ]
+    breakdown_rows = [[label, f"{seconds:,.2f}", percent(seconds / step if step > 0 else 0.0)] for label, seconds in breakdown]
+    return table(summary, ["throughput", "value"]) + "\n\n" + table(breakdown_rows, ["step time", "s", "% of step"])
+
+
+def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
+    """The table view of one evaluated training plan (a v1 response)."""
+    memory = result["memory"]
+    throughput_note = "" if memory["fits"] and memory["fits_host"] and memory["fits_nvme"] else (
+        "(throughput below is what this plan would reach if it fit)\n"
+    )
+    return "\n".join(
+        [
+            render_plan(result),
+            "",
+            render_memory(memory),
+            "GB = 1e9 bytes",
+            "",
+            *fit_lines(memory, host_limit_bytes, nvme_limit_bytes),
+            "",
+            throughput_note + render_throughput(result),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Catalogs
+
+
+def render_gpus(gpus: Sequence[Any]) -> str:
+    rows = []
+    for gpu in gpus:
+        peak = gpu.peak_flops_per_s
+        rows.append(
+            [
+                gpu.name,
+                f"{gpu.memory_bytes / BYTES_PER_GB:g}",
+                f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                f"{peak['bf16'] / FLOPS_PER_TFLOPS:,.0f}" if "bf16" in peak else "-",
+                f"{peak['fp8'] / FLOPS_PER_TFLOPS:,.0f}" if "fp8" in peak else "-",
+                f"{gpu.nvlink_bandwidth_bytes_per_s / BYTES_PER_GB:g}" if gpu.nvlink_bandwidth_bytes_per_s > 0 else "-",
+                gpu.node.gpus_per_node,
+                yes_no(bool(gpu.mig_profiles)),
+            ]
+        )
+    headers = ["gpu", "memory GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s", "GPUs/node", "MIG"]
+    note = "Dense (no sparsity) peaks; NVLink per GPU, one direction; GB = 1e9 bytes. Sources: vramopt gpus --format json"
+    return table(rows, headers) + "\n" + note
+
+
+def gpus_json(gpus: Sequence[Any]) -> list[dict[str, Any]]:
+    return [to_plain(gpu) for gpu in gpus]
+
+
+def render_models(models: Sequence[Any]) -> str:
+    rows = []
+    for model in models:
+        rows.append(
+            [
+                model.name,
+                ", ".join(model.aliases) or "-",
+                model.layers,
+                model.hidden_size,
+                f"{model.heads}/{model.kv_heads}",
+                f"{model.params_total / 1e9:,.1f}",
+                f"{model.params_active / 1e9:,.1f}",
+                yes_no(model.is_moe),
+            ]
+        )
+    headers = ["model", "aliases", "layers", "hidden", "heads/kv", "params B", "active B", "MoE"]
+    note = "Parameters counted from the architecture (B = 1e9). Sources: vramopt models --format json"
+    return table(rows, headers, align="llrrrrrl") + "\n" + note
+
+
+def models_json(models: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{**to_plain(model), "params_total": model.params_total, "params_active": model.params_active} for model in models]
