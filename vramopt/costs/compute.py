@@ -36,17 +36,27 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return linear + attention
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_len: int, checkpoint_kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Extra (linear, attention-core) FLOPs per token that recomputation repeats."""
+def recompute_flops_per_token(
+    model: ModelSpec, seq_len: int, checkpoint_kind: np.ndarray, flash_attention=0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Extra (linear, attention-core) FLOPs per token that recomputation repeats.
+
+    Selective recomputation re-runs the attention core only when its score activations
+    would otherwise be stored; under flash attention nothing of it is stored, so selective
+    recomputes nothing (Megatron's selective recompute is the core attention, which flash
+    attention already recomputes inside its own backward).
+    """
     attention_forward = 4.0 * model.layers * attention_width(model) * seq_len
+    checkpoint_kind = np.asarray(checkpoint_kind)
     linear = np.where(checkpoint_kind == CHECKPOINT_EVERY, 2.0 * non_embedding_active_parameters(model), 0.0)
-    attention = np.where(checkpoint_kind >= CHECKPOINT_SELECTIVE, attention_forward, 0.0)
+    selective = (checkpoint_kind == CHECKPOINT_SELECTIVE) & (np.asarray(flash_attention) == 0)
+    attention = np.where((checkpoint_kind == CHECKPOINT_EVERY) | selective, attention_forward, 0.0)
     return linear, attention
 
 
-def hardware_flops_per_token(model: ModelSpec, seq_len: int, checkpoint_kind) -> np.ndarray:
+def hardware_flops_per_token(model: ModelSpec, seq_len: int, checkpoint_kind, flash_attention=0) -> np.ndarray:
     """Model FLOPs plus recomputation: what Narayanan et al. 2021 count as achieved FLOPs."""
-    linear, attention = recompute_flops_per_token(model, seq_len, np.asarray(checkpoint_kind))
+    linear, attention = recompute_flops_per_token(model, seq_len, np.asarray(checkpoint_kind), flash_attention)
     return model_flops_per_token(model, seq_len) + linear + attention
 
 
@@ -76,7 +86,9 @@ def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
 def micro_batch_compute_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
     """Forward + backward (+ recomputation) of one micro-batch on one GPU of one stage."""
     tokens_per_gpu = seq_len * columns.micro_batch / (columns.tensor_parallel * columns.pipeline_parallel)
-    recompute_linear, recompute_attention = recompute_flops_per_token(model, seq_len, columns.checkpoint_kind)
+    recompute_linear, recompute_attention = recompute_flops_per_token(
+        model, seq_len, columns.checkpoint_kind, columns.flash_attention
+    )
     linear = 6.0 * non_embedding_active_parameters(model) + 6.0 * model.vocab_size * model.hidden_size + recompute_linear
     attention = 12.0 * model.layers * attention_width(model) * seq_len + recompute_attention
     attention = attention * np.where(columns.flash_attention == 1, 1.0, ATTENTION_SLOWDOWN_WITHOUT_FLASH)

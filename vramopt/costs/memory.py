@@ -51,7 +51,8 @@ def model_state_bytes(model: ModelSpec, columns: PlanColumns) -> dict[str, np.nd
     working_layers = PREFETCH_LAYERS * model.parameters.largest_layer / columns.tensor_parallel
 
     weights = params * bytes_per_weight / np.where(zero >= 3, dp, 1.0)
-    weights = weights + np.where(zero >= 3, working_layers * bytes_per_weight, 0.0)
+    # The gathered layers exist only when there is something to gather (dp > 1).
+    weights = weights + np.where((zero >= 3) & (dp > 1), working_layers * bytes_per_weight, 0.0)
     gradients = params * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
     optimizer = params * adam_bytes / np.where(zero >= 1, dp, 1.0)
 

@@ -3,6 +3,12 @@
 Sources: IEEE 754 / OCP FP8 and MX formats for the element sizes; Rajbhandari et al. 2020
 (ZeRO) section 3.1 for K = 12 (fp32 master weights + Adam momentum + variance) under mixed
 precision; in pure fp32 the weights are the master copy, so K = 8.
+
+FP8 training stores weights and gradients in 1 byte, as FP8-LM does (Peng et al. 2023,
+MS-AMP level O2: FP8 weights and FP8 gradients, high-precision master weights and Adam
+states kept by the optimizer) and as the seed counts them. Transformer Engine's default
+recipe keeps bf16 weights and casts them per GEMM, which would cost ~1-3 more bytes per
+parameter; pin a wider precision to plan for that layout.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     with np.errstate(divide="ignore", invalid="ignore"):
         tokens_per_s = tokens_per_step / step_time
         mfu = model_flops_per_token(model, seq_len) * tokens_per_s / (columns.gpus * peak)
-        achieved = hardware_flops_per_token(model, seq_len, columns.checkpoint_kind) * tokens_per_s / columns.gpus
+        achieved = hardware_flops_per_token(model, seq_len, columns.checkpoint_kind, columns.flash_attention) * tokens_per_s / columns.gpus
 
     result = dict(memory)
     result.update(

@@ -1,0 +1,188 @@
+"""Serving (decode) memory and throughput, vectorized like the training model.
+
+Memory per GPU, or per MIG instance (DESIGN.md section 3): quantized weights / (t*p); KV
+cache ``slots * tokens * kv_bytes_per_token / (t*p)`` where tokens is the full context
+per slot for contiguous allocation and the average tokens in use, rounded up to blocks,
+plus vLLM's < 4% waste, for PagedAttention (Kwon et al. 2023); the activations of one
+prefill chunk; a draft model and its KV cache under speculative decoding; the framework
+reserve.
+
+Decode step time (a roofline, Williams et al. 2009): the larger of the bytes read (weights
+and the KV cache in use) over the achievable HBM bandwidth and the FLOPs over the
+achievable peak, plus the tensor-parallel all-reduces of each layer. Speculative decoding
+(Leviathan et al. 2023): the target verifies gamma+1 tokens per step after gamma draft
+steps, and emits (1 - alpha^(gamma+1)) / (1 - alpha) tokens per step on average.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vramopt.costs.coefficients import coefficient
+from vramopt.costs.communication import intra_node_bandwidth
+from vramopt.costs.kv_cache import kv_cache_bytes_per_token
+from vramopt.costs.precision import BYTES_PER_ELEMENT
+from vramopt.types import GpuSpec, ModelSpec
+
+QUANTIZATIONS = ("bf16", "fp8", "int8", "int4", "fp4")
+"""Weight formats for serving, widest first."""
+QUANTIZATION_BYTES = np.array([2.0, 1.0, 1.0 + 2.0 / 128, 0.5 + 2.0 / 128, 0.5 + 1.0 / 16])
+"""Bytes per weight: int8/int4 with one fp16 scale per group of 128 (GPTQ/AWQ layout),
+fp4 with one fp8 scale per block of 16 (NVFP4)."""
+QUANTIZATION_COMPUTE = ("bf16", "fp8", "bf16", "bf16", "fp4")
+"""Tensor-core precision each format computes in: weight-only int8/int4 dequantize to bf16."""
+QUANTIZATION_NEEDS = ("bf16", "fp8", "bf16", "bf16", "fp4")
+"""What the GPU must support to run the format (fp8 and fp4 need their tensor cores)."""
+
+KV_CACHE_DTYPES = ("bf16", "fp8")
+KV_CACHE_BYTES = np.array([2.0, 1.0])
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCase:
+    """What is fixed while serving plans vary."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    context: int
+    """Maximum tokens per sequence (prompt + output), vLLM's max-model-len."""
+    headroom_fraction: float = 0.10
+    average_context_fraction: float = 0.5
+    """Tokens a sequence holds on average, as a fraction of the context (assumption:
+    requests use half of max-model-len on average; PagedAttention stores only those)."""
+    kv_block_tokens: int = 16
+    """vLLM's default block size."""
+    prefill_chunk_tokens: int = 8192
+    """Chunked-prefill budget per step (vLLM max_num_batched_tokens; assumption 8,192)."""
+    draft_params_fraction: float = 0.02
+    """Speculative decoding draft model size relative to the target (assumption: a 1B-class
+    draft for a 70B target, as Llama-3.2-1B for Llama-3.1-70B)."""
+    draft_kv_fraction: float = 0.1
+    """Draft KV cache per token relative to the target's (assumption)."""
+    acceptance_rate: float = 0.6
+    """Probability a draft token is accepted (Leviathan et al. 2023 report 0.5-0.8)."""
+    speculative_tokens: int = 4
+    """Draft tokens per verification step (gamma)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingColumns:
+    gpus: np.ndarray
+    tensor_parallel: np.ndarray
+    pipeline_parallel: np.ndarray
+    quantization: np.ndarray
+    """Index into QUANTIZATIONS."""
+    kv_cache_dtype: np.ndarray
+    paged_kv: np.ndarray
+    speculative: np.ndarray
+    slots: np.ndarray
+    """Concurrent sequences per replica."""
+    mig_profile: np.ndarray
+    """Index into the GPU's mig_profiles, or -1 for whole GPUs."""
+
+    def __len__(self) -> int:
+        return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.__dataclass_fields__))[0])
+
+
+def _mig_table(gpu: GpuSpec, column, attribute, whole):
+    values = np.array([getattr(profile, attribute) for profile in gpu.mig_profiles] + [whole], dtype=float)
+    return values[np.where(column >= 0, column, len(gpu.mig_profiles))]
+
+
+def serving_invalid_reasons(case: ServingCase, columns: ServingColumns) -> dict[str, np.ndarray]:
+    model, gpu = case.model, case.gpu
+    t, p = columns.tensor_parallel, columns.pipeline_parallel
+    needs = np.array([gpu.supports(name) for name in QUANTIZATION_NEEDS])[columns.quantization]
+    kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
+    on_mig = columns.mig_profile >= 0
+    return {
+        "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
+        "pipeline_parallel must divide the layers": model.layers % p != 0,
+        "tensor_parallel x pipeline_parallel must divide the GPU count": columns.gpus % (t * p) != 0,
+        "the GPU cannot run this quantization": ~needs,
+        "a MIG instance serves one replica without tensor or pipeline parallelism": on_mig & ((t > 1) | (p > 1)),
+        "the GPU has no MIG profiles": on_mig & (len(gpu.mig_profiles) == 0),
+        "slots must be at least 1": columns.slots < 1,
+        "fp8 KV cache needs fp8 support": (columns.kv_cache_dtype == 1) & (not gpu.supports("fp8")),
+    }
+
+
+def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np.ndarray]:
+    model, gpu = case.model, case.gpu
+    t = columns.tensor_parallel.astype(float)
+    p = columns.pipeline_parallel.astype(float)
+    shards = t * p
+    slots = columns.slots.astype(float)
+    on_mig = columns.mig_profile >= 0
+
+    capacity = _mig_table(gpu, columns.mig_profile, "memory_bytes", gpu.memory_bytes)
+    compute_share = _mig_table(gpu, columns.mig_profile, "compute_slices", 7) / 7.0
+    bandwidth_share = _mig_table(gpu, columns.mig_profile, "memory_slices", 8) / 8.0
+    instances = np.where(on_mig, _mig_table(gpu, columns.mig_profile, "max_instances", 1), 1.0)
+    replicas = np.where(on_mig, columns.gpus * instances, columns.gpus / shards)
+
+    weight_bytes = QUANTIZATION_BYTES[columns.quantization]
+    weights = model.params_total * weight_bytes / shards
+    kv_per_token = np.array([kv_cache_bytes_per_token(model, name) for name in KV_CACHE_DTYPES])[columns.kv_cache_dtype]
+    average_tokens = np.ceil(case.context * case.average_context_fraction / case.kv_block_tokens) * case.kv_block_tokens
+    tokens_held = np.where(columns.paged_kv == 1, average_tokens * (1.0 + coefficient("paged_kv_waste_fraction")), case.context)
+    kv_cache = slots * tokens_held * kv_per_token / shards
+    chunk = min(case.context, case.prefill_chunk_tokens)
+    matrices = 3.0 if model.gated_mlp else 2.0
+    activation_width = 4.0 * model.hidden_size + matrices * model.ffn_hidden_size
+    activations = (chunk * 2.0 * activation_width + slots * model.vocab_size * 4.0) / t
+    draft_weights = model.params_total * case.draft_params_fraction * weight_bytes / t
+    draft_kv = kv_cache * case.draft_kv_fraction
+    draft = np.where(columns.speculative == 1, draft_weights + draft_kv, 0.0)
+    reserve = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
+    total = weights + kv_cache + activations + draft + reserve
+
+    # Decode roofline for one replica: stages run one after another, each tensor-parallel.
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
+    compute_name = np.array(QUANTIZATION_COMPUTE)[columns.quantization]
+    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in compute_name]) * compute_share
+    flops_rate = peak * coefficient("base_utilization")
+    kv_read = slots * average_tokens * kv_per_token
+    bytes_per_step = (model.params_total * weight_bytes + kv_read) / t
+    attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
+    flops_per_token = 2.0 * model.params_active + attention_flops
+    speculative = columns.speculative == 1
+    verified = np.where(speculative, case.speculative_tokens + 1.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        memory_time = bytes_per_step / bandwidth
+        compute_time = verified * slots * flops_per_token / t / flops_rate
+        message = verified * slots * model.hidden_size * 2.0
+        link = np.where(t <= gpu.node.gpus_per_node, intra_node_bandwidth(gpu), gpu.node.network_bandwidth_bytes_per_s_per_gpu)
+        all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / (link * coefficient("collective_bandwidth_efficiency"))
+        tensor_parallel_time = np.where(t > 1, 2.0 * model.layers * all_reduce, 0.0)
+        target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time
+        draft_bytes = (model.params_total * case.draft_params_fraction * weight_bytes + kv_read * case.draft_kv_fraction) / t
+        draft_step = np.maximum(draft_bytes / bandwidth, slots * 2.0 * model.params_active * case.draft_params_fraction / t / flops_rate)
+        step = target_step + np.where(speculative, case.speculative_tokens * draft_step, 0.0)
+        alpha = case.acceptance_rate
+        tokens_per_step = np.where(speculative, (1.0 - alpha ** (case.speculative_tokens + 1)) / (1.0 - alpha), 1.0)
+        tokens_per_s = replicas * slots * tokens_per_step / step
+        latency = step / tokens_per_step
+        prefill = 2.0 * model.params_active * case.context / t / flops_rate
+    return {
+        "weights_bytes": weights,
+        "kv_cache_bytes": kv_cache,
+        "activations_bytes": activations,
+        "draft_bytes": draft,
+        "reserve_bytes": reserve,
+        "total_bytes": total,
+        "capacity_bytes": capacity,
+        "headroom_fraction": 1.0 - total / capacity,
+        "fits": total <= capacity * (1.0 - case.headroom_fraction),
+        "replicas": replicas,
+        "instances_per_gpu": instances,
+        "concurrent_slots": replicas * slots,
+        "step_time_s": step,
+        "tensor_parallel_s": tensor_parallel_time,
+        "tokens_per_s": tokens_per_s,
+        "latency_per_token_s": latency,
+        "prefill_time_s": prefill,
+        "memory_bound": memory_time >= compute_time,
+    }
