@@ -1,6 +1,7 @@
 """The ``vramopt`` command line: parse flags, call the library, display. Nothing else.
 
-Commands: ``estimate`` (one training plan), ``gpus`` and ``models`` (the catalogs).
+Commands: ``solve`` (the search), ``estimate`` (one training plan), ``gpus`` and
+``models`` (the catalogs).
 A new command is three steps: declare it with ``@main.command()``, stack the shared option
 decorators it needs (``workload_options``, ``plan_options``, ``format_option``), and end
 with ``emit(result_dict, output_format, render_table)``.
@@ -28,6 +29,8 @@ from vramopt.display import (
     models_json,
     render_gpus,
     render_models,
+    render_infeasible,
+    render_solve,
     render_training,
     to_csv,
     to_json,
@@ -37,7 +40,8 @@ from vramopt.estimate import estimate_training
 from vramopt.hardware import all_gpus, load_gpu
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
-from vramopt.types import PRECISIONS, TrainingPlan, TrainingWorkload
+from vramopt.optimizer.search import ENGINES, solve_training
+from vramopt.types import PRECISIONS, SearchSpace, TrainingPlan, TrainingWorkload
 
 EXIT_USAGE = 2
 """Bad input of any kind: a usage error, a VramoptError (click uses 2 for usage errors)."""
@@ -300,9 +304,101 @@ def models(output_format: str) -> None:
     emit(models_json(catalog) if output_format == "json" else catalog, output_format, render_models)
 
 
-# `vramopt solve` goes here: @main.command(), @workload_options plus the search-space
-# options, then emit(response.to_dict(), output_format, render_training) (the solver's
-# response carries the same plan/memory/throughput sections).
+class ChoiceListType(click.ParamType):
+    """``KEY=V1,V2`` for --allow / --forbid / --pin (KEY: a plan field, see `solve --help`)."""
+
+    name = "KEY=VALUES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, tuple[str, ...]]:
+        if isinstance(value, tuple):
+            return value
+        key, separator, values = str(value).partition("=")
+        items = tuple(item.strip() for item in values.split(",") if item.strip())
+        if not separator or not key.strip() or not items:
+            self.fail(f"'{value}' is not KEY=VALUE[,VALUE...]", param, ctx)
+        return key.strip(), items
+
+
+def collect_choices(pairs: tuple, option: str, single: bool = False) -> dict[str, Any]:
+    choices: dict[str, Any] = {}
+    for key, values in pairs:
+        if key in choices:
+            raise click.UsageError(f"{option} {key} is given twice")
+        if single and len(values) != 1:
+            raise click.UsageError(f"{option} {key} takes one value, got {', '.join(values)}")
+        choices[key] = values[0] if single else values
+    return choices
+
+
+TIME_LIMIT = click.FloatRange(min=0.001, max=3600.0)
+
+
+@main.command()
+@workload_options
+@click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
+              help="GPU type allowed (repeat for several; see `vramopt gpus`).")
+@click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=8, show_default=True, help="Most GPUs the plan may use.")
+@click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True,
+              help="Beyond one node, use whole nodes only.")
+@click.option("--allow-tp-across-nodes", is_flag=True, help="Let tensor parallelism span nodes (off: TP stays in the NVLink domain).")
+@click.option("--allow-fp4", is_flag=True, help="Add fp4 training to the precision domain (experimental; off by default).")
+@click.option("--allow", "allow", type=ChoiceListType(), multiple=True,
+              help="Only these values for a plan field, e.g. --allow zero_stage=2,3 (replaces the default domain).")
+@click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True, help="Never these values, e.g. --forbid offload=nvme.")
+@click.option("--pin", "pin", type=ChoiceListType(), multiple=True, help="Exactly this value, e.g. --pin tensor_parallel=8.")
+@click.option("--objective", type=click.Choice(("throughput", "min-gpus", "per-gpu")), default="throughput", show_default=True,
+              help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU.")
+@click.option("--min-tokens-per-s", type=click.FloatRange(min=0.0, min_open=True, max=1e15), default=None,
+              help="Throughput target for --objective min-gpus.")
+@click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
+@click.option("--engine", type=click.Choice(ENGINES), default="cp-sat", show_default=True,
+              help="cp-sat, or the exhaustive reference enumerator over the same tables.")
+@format_option()
+def solve(output_format: str, **options: Any) -> None:
+    """Find the highest-throughput training plan that fits every GPU with its headroom.
+
+    Plan fields for --allow/--forbid/--pin: gpu, gpus, tensor_parallel, pipeline_parallel,
+    data_parallel, sequence_parallel, virtual_stages, precision, grad_comm_precision,
+    micro_batch, zero_stage, offload, checkpointing, flash_attention.
+    Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason
+    and the smallest fix are printed).
+    """
+    space = SearchSpace(
+        gpus=tuple(options["gpu_types"]),
+        max_gpus=options["max_gpus"],
+        whole_nodes=options["whole_nodes"],
+        allow_tp_across_nodes=options["allow_tp_across_nodes"],
+        allow_fp4=options["allow_fp4"],
+        allow=collect_choices(options["allow"], "--allow"),
+        forbid=collect_choices(options["forbid"], "--forbid"),
+        pin=collect_choices(options["pin"], "--pin", single=True),
+        objective=options["objective"],
+        min_tokens_per_s=options["min_tokens_per_s"],
+        time_limit_s=options["time_limit_s"],
+        workers=options["workers"],
+    )
+    result = solve_training(build_workload(options), space, engine=options["engine"])
+    data = result.to_dict()
+    if result.estimate is None:
+        if output_format == "json":
+            emit(data, "json")
+        elif output_format == "csv":
+            emit([{"solver.status": data["solver"]["status"], "explanation.reason": (data["explanation"] or {}).get("reason", "")}], "csv")
+        else:
+            click.echo(render_infeasible(data) if data["explanation"] else f"no plan: solver status {data['solver']['status']}")
+        if data["explanation"]:
+            fail_line(result.explanation.one_line())
+        else:
+            fail_line(f"no plan found within the {space.time_limit_s:g} s time limit (status {data['solver']['status']}); raise --time-limit")
+        raise SystemExit(EXIT_USAGE)
+    host_limit, nvme_limit = offload_limits(data["plan"]["gpu"])
+    if output_format == "csv":
+        row = flatten(data)
+        row.update({f"solver.{key}": value for key, value in data["solver"].items() if key != "objective_value"})
+        emit([row], "csv")
+        return
+    emit(data, output_format, lambda response: render_solve(response, host_limit, nvme_limit))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -224,6 +224,77 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
 
 
 # ---------------------------------------------------------------------------------------
+# The solver's answer (``solve``): the plan as above, then why, the runners-up, the solver
+
+
+def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
+    return (
+        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} "
+        f"dp={plan['data_parallel']} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
+        f"ckpt={plan['checkpointing']} micro-batch={plan['micro_batch']}"
+    )
+
+
+def render_runners_up(result: Mapping[str, Any]) -> str:
+    runners = result.get("runners_up") or []
+    if not runners:
+        return "runners-up: none (no other technique value gives a plan that fits)"
+    rows = []
+    for runner in runners:
+        changes = ", ".join(
+            f"{field} {change['chosen']}->{change['runner_up']}" for field, change in runner["differences"].items()
+        )
+        rows.append([f"{runner['tokens_per_s']:,.0f}", percent(-runner["tokens_per_s_loss_fraction"]), gb(runner["memory_total_bytes"]), changes])
+    return table(rows, ["runner-up tokens/s", "vs chosen", "GB/GPU", "what changes"], align="rrrl")
+
+
+def render_solver(solver: Mapping[str, Any]) -> str:
+    gap = "" if solver["status"] == "optimal" else f", gap {percent(solver['gap'], 2)}"
+    return (
+        f"solver    {solver['engine']}: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms "
+        f"({solver['candidates']:,} candidate layouts after exact pruning); objective: {solver['objective']}"
+    )
+
+
+def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
+    """The table view of a solve response with a plan."""
+    memory, throughput = result["memory"], result["throughput"]
+    why = (
+        f"why       the highest tokens/s that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
+        f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
+        f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
+        f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+    )
+    offload = result.get("offload_cost")
+    if offload:
+        why += (
+            f"\n          offload {result['plan']['offload']} is what makes it fit: without it this plan would need "
+            f"{gb(offload['without_offload_total_bytes'])} GB per GPU; expected slowdown "
+            f"{offload['slowdown_factor']:,.1f}x (offload transfers are {percent(offload['offload_fraction_of_step'])} of the step)"
+        )
+    return "\n".join(
+        [
+            render_training(result, host_limit_bytes, nvme_limit_bytes),
+            "",
+            why,
+            render_solver(result["solver"]),
+            "",
+            render_runners_up(result),
+        ]
+    )
+
+
+def render_infeasible(result: Mapping[str, Any]) -> str:
+    explanation = result["explanation"]
+    lines = [f"infeasible: {explanation['reason']}"]
+    for relaxation in explanation["relaxations"]:
+        lines.append(f"  fix: {relaxation['change']}: {relaxation['detail']}")
+    if not explanation["relaxations"]:
+        lines.append("  no relaxation tried (more GPUs, offload, fp8, a larger GPU, fewer pins, less headroom) makes it feasible")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
 # Catalogs
 
 

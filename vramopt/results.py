@@ -216,6 +216,9 @@ class SolveResult:
     estimate: TrainingEstimate | None
     runners_up: tuple[RunnerUp, ...] = ()
     explanation: Explanation | None = None
+    offload_cost: Mapping[str, float] | None = None
+    """For an offloaded plan: what the same plan would need without offload, and the
+    expected slowdown (its tokens/s over the offloaded plan's)."""
 
     @property
     def feasible(self) -> bool:
@@ -229,6 +232,7 @@ class SolveResult:
         body["solver"] = self.solver.to_dict()
         body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
+        body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -7,6 +7,7 @@ still keeps the headroom and the host/NVMe capacities (DESIGN.md section 4).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_training
@@ -69,4 +70,19 @@ def solve_training(workload: TrainingWorkload, space: SearchSpace, engine: str =
         differences = {name: (chosen_values[name], values[name]) for name in chosen_values if chosen_values[name] != values[name]}
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
-    return SolveResult(solver=report(status), estimate=estimate, runners_up=tuple(alternatives))
+    return SolveResult(
+        solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=_offload_cost(workload, estimate)
+    )
+
+
+def _offload_cost(workload: TrainingWorkload, estimate) -> dict[str, float] | None:
+    """The same plan without offload: how much memory it would need, how much faster it is."""
+    plan = estimate.plan
+    if plan.offload == "none":
+        return None
+    resident = estimate_training(workload, replace(plan, offload="none"))
+    return {
+        "without_offload_total_bytes": resident.total_bytes,
+        "slowdown_factor": resident.tokens_per_s / estimate.tokens_per_s,
+        "offload_fraction_of_step": estimate.values["offload_s"] / estimate.values["step_time_s"],
+    }
