@@ -33,6 +33,8 @@ def model_summary(model: ModelSpec) -> dict[str, Any]:
 class TrainingEstimate:
     """One training plan evaluated by the cost model (floating point)."""
 
+    case: Any = field(repr=False, compare=False)
+    """The ``costs.training.TrainingCase`` it was evaluated with."""
     model: ModelSpec
     plan: TrainingPlan
     workload: TrainingWorkload
@@ -110,12 +112,23 @@ class TrainingEstimate:
             "offload_s": float(values["offload_s"]),
         }
 
+    def lora_dict(self) -> dict[str, Any] | None:
+        if self.workload.kind not in ("lora", "qlora"):
+            return None
+        return {
+            "rank": self.workload.lora_rank,
+            "targets": list(self.workload.lora_targets),
+            "adapter_params": int(round(self.case.trainable_fraction * self.model.params_total)),
+            "frozen_bytes_per_param": self.case.frozen_bytes_per_param,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
-            "workload": "train",
+            "workload": self.workload.kind,
             "model": model_summary(self.model),
             "plan": self.plan_dict(),
+            "lora": self.lora_dict(),
             "memory": self.memory_dict(),
             "throughput": self.throughput_dict(),
         }

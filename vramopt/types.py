@@ -207,6 +207,18 @@ class TrainingWorkload:
     """Sequences per optimizer step. Default 1,024 x 4,096 = 4.2M tokens (Llama 2 used 4M
     tokens per batch, Touvron et al. 2023 section 2.2)."""
     headroom_fraction: float = 0.10
+    kind: str = "train"
+    """'train' (pretraining), 'finetune' (full fine-tuning), 'lora' (frozen bf16 base +
+    adapters), 'qlora' (frozen 4-bit NF4 base + adapters, Dettmers et al. 2023)."""
+    lora_rank: int = 16
+    """LoRA rank r (Hu et al. 2021; 16 is a common default, e.g. in PEFT examples)."""
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+    """Matrices that get adapters: every linear layer, as QLoRA recommends (Dettmers et al.
+    2023 section 4: adapters on all linear layers match full fine-tuning)."""
+
+
+TRAINING_KINDS = ("train", "finetune", "lora", "qlora")
+WORKLOADS = TRAINING_KINDS + ("infer",)
 
 
 OBJECTIVES = ("throughput", "min-gpus", "per-gpu")

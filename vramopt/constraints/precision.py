@@ -1,7 +1,8 @@
 """Training precision and the precision of gradients on the wire.
 
-Default domain: bf16 and, where the GPU's tensor cores run it, fp8 (the seed recommends
-FP8 for pretraining and BF16 as the safe default). fp16 and fp32 are available with
+Default domain: for pretraining bf16 and, where the GPU's tensor cores run it, fp8 (the
+seed recommends FP8 for pretraining and BF16 as the safe default); for fine-tuning, LoRA
+and QLoRA bf16 only (the seed: BF16 for fine-tuning). fp16 and fp32 are available with
 ``--allow precision=...``; fp4 only with ``--allow-fp4`` (the seed: not production-ready).
 Gradient communication defaults to the training precision; ``--allow
 grad_comm_precision=fp8`` lets the search quantize gradients on the wire (an accuracy risk
@@ -18,6 +19,9 @@ PREFERENCE = ("bf16", "fp8", "fp16", "fp32", "fp4")
 
 
 def _default_precisions(context: DomainContext) -> tuple[str, ...]:
+    if context.kind != "train":
+        # The seed: "use BF16 for fine-tuning where every quality point matters".
+        return ("bf16",)
     wanted = ["bf16", "fp8"] + (["fp4"] if context.allow_fp4 else [])
     return tuple(value for value in wanted if value in context.supported_precisions)
 

@@ -35,6 +35,8 @@ class DomainContext:
     allow_tp_across_nodes: bool
     allow_fp4: bool
     supported_precisions: tuple[str, ...]
+    kind: str = "train"
+    """The workload ('train', 'finetune', 'lora', 'qlora', 'infer')."""
 
 
 @dataclass(frozen=True, slots=True)

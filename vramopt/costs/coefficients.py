@@ -79,6 +79,23 @@ _COEFFICIENTS = {
         "assumption: filesystem overhead and other files leave 90% of the NVMe capacity for "
         "offloaded states.",
     ),
+    "qlora_dequantization_overhead": Coefficient(
+        0.25,
+        "assumption: QLoRA's NF4 layers dequantize their weights to bf16 on every matmul "
+        "(bitsandbytes); users commonly report 16-bit LoRA 20-40% faster than QLoRA, so the "
+        "linear layers' time is charged 25% more.",
+    ),
+    "hbm_bandwidth_efficiency": Coefficient(
+        0.80,
+        "assumption: memory-bound decode kernels stream weights and KV cache at about 80% of "
+        "the datasheet HBM bandwidth (STREAM-like copies reach 80-90% on H100/H200).",
+    ),
+    "all_reduce_latency_s": Coefficient(
+        10e-6,
+        "assumption: latency of one small-message all-reduce inside an NVLink node (nccl-tests "
+        "report ~10-20 us; vLLM's custom all-reduce ~5 us). With 2 all-reduces per layer it puts "
+        "the tensor-parallel decode overhead of a 70B model at 5-15% (the seed's range).",
+    ),
     "paged_kv_waste_fraction": Coefficient(
         0.04,
         "Kwon et al. 2023 (vLLM, PagedAttention) section 6: under 4% of KV cache memory wasted.",

@@ -53,13 +53,23 @@ def tensor_parallel_seconds_per_micro_batch(
 
 
 def data_parallel_seconds_per_step(
-    parameters_per_gpu: np.ndarray, gpu: GpuSpec, columns: PlanColumns, micro_batches: np.ndarray
+    parameters_per_gpu: np.ndarray,
+    gpu: GpuSpec,
+    columns: PlanColumns,
+    micro_batches: np.ndarray,
+    trainable_fraction: float = 1.0,
+    frozen_bytes_per_param: float | None = None,
 ) -> np.ndarray:
-    """Total (not yet overlapped) data-parallel communication time per step."""
+    """Total (not yet overlapped) data-parallel communication time per step.
+
+    Only trainable parameters have gradients to reduce; ZeRO-3 gathers every stored
+    parameter (frozen ones in their own format)."""
+    from vramopt.costs.memory import weight_bytes_per_parameter
+
     dp = columns.data_parallel.astype(float)
     fraction = (dp - 1.0) / dp
-    gradient_bytes = parameters_per_gpu * PRECISION_BYTES[columns.grad_comm_precision]
-    weight_bytes = parameters_per_gpu * PRECISION_BYTES[columns.precision]
+    gradient_bytes = parameters_per_gpu * trainable_fraction * PRECISION_BYTES[columns.grad_comm_precision]
+    weight_bytes = parameters_per_gpu * weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     bandwidth = group_bandwidth(gpu, columns.tensor_parallel * columns.data_parallel)
     replicated = 2.0 * fraction * gradient_bytes
     sharded = micro_batches * fraction * (2.0 * weight_bytes + gradient_bytes)

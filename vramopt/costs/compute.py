@@ -29,9 +29,16 @@ def attention_width(model: ModelSpec) -> int:
     return model.heads * model.head_dim
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+def linear_flops_per_parameter(trainable_fraction: float = 1.0) -> float:
+    """2 forward + 2 activation-gradient + 2 weight-gradient FLOPs per parameter and token;
+    frozen parameters (LoRA/QLoRA base) skip the weight gradient (Hu et al. 2021)."""
+    return 4.0 + 2.0 * trainable_fraction
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, trainable_fraction: float = 1.0) -> float:
     """FLOPs of forward + backward per token, without recomputation (the MFU numerator)."""
-    linear = 6.0 * non_embedding_active_parameters(model) + 6.0 * model.vocab_size * model.hidden_size
+    per_parameter = linear_flops_per_parameter(trainable_fraction)
+    linear = per_parameter * (non_embedding_active_parameters(model) + model.vocab_size * model.hidden_size)
     attention = 12.0 * model.layers * attention_width(model) * seq_len
     return linear + attention
 
@@ -54,10 +61,12 @@ def recompute_flops_per_token(
     return linear, attention
 
 
-def hardware_flops_per_token(model: ModelSpec, seq_len: int, checkpoint_kind, flash_attention=0) -> np.ndarray:
+def hardware_flops_per_token(
+    model: ModelSpec, seq_len: int, checkpoint_kind, flash_attention=0, trainable_fraction: float = 1.0
+) -> np.ndarray:
     """Model FLOPs plus recomputation: what Narayanan et al. 2021 count as achieved FLOPs."""
     linear, attention = recompute_flops_per_token(model, seq_len, np.asarray(checkpoint_kind), flash_attention)
-    return model_flops_per_token(model, seq_len) + linear + attention
+    return model_flops_per_token(model, seq_len, trainable_fraction) + linear + attention
 
 
 def narayanan_flops_per_iteration(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
@@ -83,13 +92,22 @@ def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
     return np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in PRECISIONS])[precision]
 
 
-def micro_batch_compute_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
+def micro_batch_compute_seconds(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    columns: PlanColumns,
+    seq_len: int,
+    trainable_fraction: float = 1.0,
+    compute_overhead_fraction: float = 0.0,
+) -> np.ndarray:
     """Forward + backward (+ recomputation) of one micro-batch on one GPU of one stage."""
     tokens_per_gpu = seq_len * columns.micro_batch / (columns.tensor_parallel * columns.pipeline_parallel)
     recompute_linear, recompute_attention = recompute_flops_per_token(
         model, seq_len, columns.checkpoint_kind, columns.flash_attention
     )
-    linear = 6.0 * non_embedding_active_parameters(model) + 6.0 * model.vocab_size * model.hidden_size + recompute_linear
+    per_parameter = linear_flops_per_parameter(trainable_fraction)
+    linear = per_parameter * (non_embedding_active_parameters(model) + model.vocab_size * model.hidden_size) + recompute_linear
+    linear = linear * (1.0 + compute_overhead_fraction)
     attention = 12.0 * model.layers * attention_width(model) * seq_len + recompute_attention
     attention = attention * np.where(columns.flash_attention == 1, 1.0, ATTENTION_SLOWDOWN_WITHOUT_FLASH)
     rate = effective_flops_per_s(gpu, columns.precision)

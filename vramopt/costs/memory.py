@@ -40,36 +40,56 @@ def parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
     return (layer_params / pipeline + stage_embedding) / columns.tensor_parallel
 
 
-def model_state_bytes(model: ModelSpec, columns: PlanColumns) -> dict[str, np.ndarray]:
-    """Weights, gradients and optimizer states per GPU (bytes)."""
+def weight_bytes_per_parameter(columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None):
+    """Average stored bytes per parameter: trainable ones in the training precision, frozen
+    ones (LoRA/QLoRA base) in their own format."""
+    bytes_per_weight = PRECISION_BYTES[columns.precision]
+    frozen = bytes_per_weight if frozen_bytes_per_param is None else frozen_bytes_per_param
+    return trainable_fraction * bytes_per_weight + (1.0 - trainable_fraction) * frozen
+
+
+def model_state_bytes(
+    model: ModelSpec, columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None
+) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer states per GPU (bytes).
+
+    Only the trainable fraction of the parameters has gradients and Adam states (all of
+    them except under LoRA/QLoRA, where the frozen base has neither).
+    """
     params = parameters_per_gpu(model, columns)
+    trainable = params * trainable_fraction
     dp = columns.data_parallel.astype(float)
     zero = columns.zero_stage
     offload = columns.offload
     bytes_per_weight = PRECISION_BYTES[columns.precision]
+    stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
     working_layers = PREFETCH_LAYERS * model.parameters.largest_layer / columns.tensor_parallel
 
-    weights = params * bytes_per_weight / np.where(zero >= 3, dp, 1.0)
+    weights = params * stored_bytes / np.where(zero >= 3, dp, 1.0)
     # The gathered layers exist only when there is something to gather (dp > 1).
-    weights = weights + np.where((zero >= 3) & (dp > 1), working_layers * bytes_per_weight, 0.0)
-    gradients = params * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
-    optimizer = params * adam_bytes / np.where(zero >= 1, dp, 1.0)
+    weights = weights + np.where((zero >= 3) & (dp > 1), working_layers * stored_bytes, 0.0)
+    gradients = trainable * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
+    optimizer = trainable * adam_bytes / np.where(zero >= 1, dp, 1.0)
 
     on_nvme = offload == OFFLOAD_NVME
-    weights = np.where(on_nvme, working_layers * bytes_per_weight, weights)
-    gradients = np.where(on_nvme, working_layers * bytes_per_weight, gradients)
+    weights = np.where(on_nvme, working_layers * stored_bytes, weights)
+    gradients = np.where(on_nvme, working_layers * trainable_fraction * bytes_per_weight, gradients)
     optimizer = np.where((offload == OFFLOAD_CPU) | on_nvme, 0.0, optimizer)
     return {"weights_bytes": weights, "gradients_bytes": gradients, "optimizer_bytes": optimizer}
 
 
-def offloaded_bytes_per_gpu(model: ModelSpec, columns: PlanColumns) -> dict[str, np.ndarray]:
+def offloaded_bytes_per_gpu(
+    model: ModelSpec, columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None
+) -> dict[str, np.ndarray]:
     """Bytes each GPU parks in host RAM (cpu offload) and on NVMe (nvme offload)."""
     shard = parameters_per_gpu(model, columns) / columns.data_parallel
     bytes_per_weight = PRECISION_BYTES[columns.precision]
+    stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
-    host = np.where(columns.offload == OFFLOAD_CPU, shard * adam_bytes, 0.0)
-    nvme = np.where(columns.offload == OFFLOAD_NVME, shard * (2 * bytes_per_weight + adam_bytes), 0.0)
+    host = np.where(columns.offload == OFFLOAD_CPU, shard * trainable_fraction * adam_bytes, 0.0)
+    nvme_per_param = stored_bytes + trainable_fraction * (bytes_per_weight + adam_bytes)
+    nvme = np.where(columns.offload == OFFLOAD_NVME, shard * nvme_per_param, 0.0)
     return {"host_bytes_per_gpu": host, "nvme_bytes_per_gpu": nvme}
 
 

@@ -21,20 +21,29 @@ from vramopt.types import GpuSpec
 
 
 def offload_seconds_per_step(
-    parameters_per_gpu: np.ndarray, gpu: GpuSpec, columns: PlanColumns, micro_batches: np.ndarray
+    parameters_per_gpu: np.ndarray,
+    gpu: GpuSpec,
+    columns: PlanColumns,
+    micro_batches: np.ndarray,
+    trainable_fraction: float = 1.0,
+    frozen_bytes_per_param: float | None = None,
 ) -> np.ndarray:
+    from vramopt.costs.memory import weight_bytes_per_parameter
+
     shard = parameters_per_gpu / columns.data_parallel
+    trainable = shard * trainable_fraction
     gpus_per_node = np.minimum(columns.gpus, gpu.node.gpus_per_node)
     bytes_per_weight = PRECISION_BYTES[columns.precision]
+    stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
     pcie = gpu.pcie_bandwidth_bytes_per_s * coefficient("pcie_efficiency")
-    adam_seconds = shard * gpus_per_node / coefficient("cpu_adam_params_per_s_per_node")
+    adam_seconds = trainable * gpus_per_node / coefficient("cpu_adam_params_per_s_per_node")
 
-    cpu_transfer = shard * 2.0 * bytes_per_weight / pcie
-    nvme_bytes_per_gpu = shard * (
-        2.0 * micro_batches * bytes_per_weight  # parameter reads, forward + backward
-        + 2.0 * bytes_per_weight  # gradients and updated parameters written
-        + 2.0 * adam_bytes  # Adam states read and written
+    cpu_transfer = trainable * 2.0 * bytes_per_weight / pcie
+    nvme_bytes_per_gpu = (
+        2.0 * micro_batches * shard * stored_bytes  # parameter reads, forward + backward
+        + trainable * 2.0 * bytes_per_weight  # gradients and updated parameters written
+        + trainable * 2.0 * adam_bytes  # Adam states read and written
     )
     nvme_transfer = nvme_bytes_per_gpu * gpus_per_node / gpu.node.nvme_bandwidth_bytes_per_s
     return np.where(

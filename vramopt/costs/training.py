@@ -50,6 +50,13 @@ class TrainingCase:
     """Sequences per optimizer step."""
     headroom_fraction: float = 0.10
     """Fraction of each GPU's memory that must stay free (the seed's 10%)."""
+    trainable_fraction: float = 1.0
+    """Fraction of the parameters that train: 1 for pretraining and full fine-tuning, the
+    adapters' share for LoRA/QLoRA (costs/lora.py)."""
+    frozen_bytes_per_param: float | None = None
+    """Bytes per frozen base parameter (LoRA bf16, QLoRA NF4); None when nothing is frozen."""
+    compute_overhead_fraction: float = 0.0
+    """Extra time on the linear layers (QLoRA's NF4 dequantization)."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -85,14 +92,14 @@ def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.nd
 def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
     micro_batches = micro_batches_per_step(case, columns)
-    memory = model_state_bytes(model, columns)
+    memory = model_state_bytes(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
     memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, seq_len, micro_batches)
     memory["logits_bytes"] = logits_bytes(model, columns, seq_len)
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)
 
-    offloaded = offloaded_bytes_per_gpu(model, columns)
+    offloaded = offloaded_bytes_per_gpu(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
     gpus_on_node = gpus_on_busiest_node(case, columns)
     host_per_node = offloaded["host_bytes_per_gpu"] * gpus_on_node
     nvme_per_node = offloaded["nvme_bytes_per_gpu"] * gpus_on_node
@@ -101,22 +108,30 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     fits_nvme = nvme_per_node <= gpu.node.nvme_capacity_bytes * coefficient("nvme_usable_fraction")
 
     params_gpu = parameters_per_gpu(model, columns)
-    compute_per_micro_batch = micro_batch_compute_seconds(model, gpu, columns, seq_len)
+    compute_per_micro_batch = micro_batch_compute_seconds(
+        model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
+    )
     tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
     slots = micro_batches + (columns.pipeline_parallel - 1.0) / columns.virtual_stages
     pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch) * slots
     data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
-        params_gpu, gpu, columns, micro_batches
+        params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
-    offload_seconds = offload_seconds_per_step(params_gpu, gpu, columns, micro_batches)
+    offload_seconds = offload_seconds_per_step(
+        params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
+    )
     step_time = pipeline_seconds + data_parallel_seconds + offload_seconds
 
     tokens_per_step = float(case.global_batch * seq_len)
     peak = peak_flops_per_s(gpu, columns.precision)
     with np.errstate(divide="ignore", invalid="ignore"):
         tokens_per_s = tokens_per_step / step_time
-        mfu = model_flops_per_token(model, seq_len) * tokens_per_s / (columns.gpus * peak)
-        achieved = hardware_flops_per_token(model, seq_len, columns.checkpoint_kind, columns.flash_attention) * tokens_per_s / columns.gpus
+        mfu = model_flops_per_token(model, seq_len, case.trainable_fraction) * tokens_per_s / (columns.gpus * peak)
+        achieved = (
+            hardware_flops_per_token(model, seq_len, columns.checkpoint_kind, columns.flash_attention, case.trainable_fraction)
+            * tokens_per_s
+            / columns.gpus
+        )
 
     result = dict(memory)
     result.update(

@@ -27,7 +27,7 @@ from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
 from vramopt.errors import InputError
-from vramopt.estimate import check_headroom
+from vramopt.estimate import check_headroom, training_case
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.optimizer.domains import domain, grad_comm_domain, parsed_user_choices
@@ -130,6 +130,7 @@ def build_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
             allow_tp_across_nodes=space.allow_tp_across_nodes,
             allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)),
+            kind=workload.kind,
         )
         contexts.append(context)
         key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
@@ -142,7 +143,7 @@ def build_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
     if not state_values or not activation_values:
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(contexts[0], choices))
 
-    cases = [TrainingCase(model, gpu, workload.seq_len, workload.global_batch, float(workload.headroom_fraction)) for gpu in gpus]
+    cases = [training_case(workload, gpu.name) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices)
     _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices)
 
