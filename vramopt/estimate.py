@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from vramopt.catalog_files import suggest
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase, ServingColumns, evaluate_serving, serving_invalid_reasons
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.lora import adapter_parameters, frozen_bytes_per_parameter
 from vramopt.costs.training import TrainingCase, evaluate_training
@@ -13,8 +16,8 @@ from vramopt.errors import InputError
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.plan import check_plan, nodes_used
-from vramopt.results import TrainingEstimate
-from vramopt.types import TRAINING_KINDS, TrainingPlan, TrainingWorkload
+from vramopt.results import ServingEstimate, TrainingEstimate
+from vramopt.types import TRAINING_KINDS, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 
 def check_headroom(headroom_fraction: float) -> None:
@@ -65,3 +68,69 @@ def estimate_training(workload: TrainingWorkload, plan: TrainingPlan) -> Trainin
 
 def _plan_fields(plan: TrainingPlan) -> dict:
     return {name: getattr(plan, name) for name in plan.__slots__}
+
+
+# ---------------------------------------------------------------------------------------
+# Serving
+
+
+def serving_case(workload: ServingWorkload, gpu_name: str) -> ServingCase:
+    check_headroom(workload.headroom_fraction)
+    if isinstance(workload.context, bool) or not isinstance(workload.context, int) or workload.context < 1:
+        raise InputError(f"context must be a positive integer, got {workload.context!r}")
+    model = load_model(workload.model)
+    if workload.context > model.max_context:
+        raise InputError(f"context {workload.context} is longer than {model.name}'s context of {model.max_context} tokens")
+    return ServingCase(model=model, gpu=load_gpu(gpu_name), context=workload.context, headroom_fraction=float(workload.headroom_fraction))
+
+
+def mig_profile_code(gpu, name: str) -> int:
+    """-1 for whole GPUs, else the profile's index; an unknown or impossible profile is an error."""
+    if name in (None, "none"):
+        return -1
+    if not gpu.mig_profiles:
+        raise InputError(f"{gpu.name} has no MIG profiles (MIG runs on A100, H100, H200, B200 and GB200); got mig_profile '{name}'")
+    for index, profile in enumerate(gpu.mig_profiles):
+        if profile.name == name:
+            return index
+    raise InputError(str(suggest(name, [profile.name for profile in gpu.mig_profiles], f"MIG profile of {gpu.name}")))
+
+
+def serving_columns(case: ServingCase, plans) -> ServingColumns:
+    rows = []
+    for plan in plans:
+        for field in ("gpus", "tensor_parallel", "pipeline_parallel", "slots"):
+            value = getattr(plan, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{field} must be a positive integer, got {value!r}")
+        if plan.quantization not in QUANTIZATIONS:
+            raise InputError(f"quantization '{plan.quantization}' is not one of {', '.join(QUANTIZATIONS)}")
+        if plan.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InputError(f"kv_cache_dtype '{plan.kv_cache_dtype}' is not one of {', '.join(KV_CACHE_DTYPES)}")
+        rows.append(
+            (
+                plan.gpus, plan.tensor_parallel, plan.pipeline_parallel, QUANTIZATIONS.index(plan.quantization),
+                KV_CACHE_DTYPES.index(plan.kv_cache_dtype), int(plan.paged_kv), int(plan.speculative_decoding),
+                plan.slots, mig_profile_code(case.gpu, plan.mig_profile),
+            )
+        )
+    matrix = np.array(rows, dtype=np.int64).T
+    return ServingColumns(
+        gpus=matrix[0], tensor_parallel=matrix[1], pipeline_parallel=matrix[2], quantization=matrix[3],
+        kv_cache_dtype=matrix[4], paged_kv=matrix[5], speculative=matrix[6], slots=matrix[7], mig_profile=matrix[8],
+    )
+
+
+def estimate_serving(workload: ServingWorkload, plan: ServingPlan) -> ServingEstimate:
+    case = serving_case(workload, plan.gpu)
+    plan = replace(plan, gpu=case.gpu.name)
+    columns = serving_columns(case, [plan])
+    for reason, mask in serving_invalid_reasons(case, columns).items():
+        if bool(np.asarray(mask).any()):
+            detail = f"{plan.quantization} on {case.gpu.name}" if "quantization" in reason else f"{case.model.name}: {case.model.heads} heads, {case.model.layers} layers"
+            raise InputError(f"{reason} ({detail}; plan {plan.gpus}x {plan.gpu} tp={plan.tensor_parallel} pp={plan.pipeline_parallel})")
+    values = {name: np.asarray(array).reshape(-1)[0].item() for name, array in evaluate_serving(case, columns).items()}
+    return ServingEstimate(
+        case=case, model=case.model, plan=plan, workload=workload,
+        nodes=nodes_used(plan.gpus, case.gpu.node.gpus_per_node), values=values,
+    )

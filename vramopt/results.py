@@ -138,11 +138,98 @@ class TrainingEstimate:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingEstimate:
+    """One serving plan evaluated by the cost model (floating point)."""
+
+    case: Any = field(repr=False, compare=False)
+    model: ModelSpec
+    plan: Any
+    workload: Any
+    nodes: int
+    values: Mapping[str, float] = field(repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.values["fits"])
+
+    @property
+    def tokens_per_s(self) -> float:
+        return float(self.values["tokens_per_s"])
+
+    @property
+    def total_bytes(self) -> float:
+        return float(self.values["total_bytes"])
+
+    def plan_dict(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "gpu": plan.gpu,
+            "gpus": plan.gpus,
+            "nodes": self.nodes,
+            "tensor_parallel": plan.tensor_parallel,
+            "pipeline_parallel": plan.pipeline_parallel,
+            "quantization": plan.quantization,
+            "kv_cache_dtype": plan.kv_cache_dtype,
+            "paged_kv": plan.paged_kv,
+            "context": self.workload.context,
+            "slots": plan.slots,
+            "mig_profile": plan.mig_profile,
+            "instances_per_gpu": int(round(self.values["instances_per_gpu"])),
+            "replicas": int(round(self.values["replicas"])),
+            "speculative_decoding": plan.speculative_decoding,
+        }
+
+    def memory_dict(self) -> dict[str, Any]:
+        values = self.values
+        return {
+            "weights_bytes": float(values["weights_bytes"]),
+            "gradients_bytes": 0.0,
+            "optimizer_bytes": 0.0,
+            "activations_bytes": float(values["activations_bytes"]),
+            "logits_bytes": 0.0,
+            "kv_cache_bytes": float(values["kv_cache_bytes"]),
+            "draft_model_bytes": float(values["draft_bytes"]),
+            "reserve_bytes": float(values["reserve_bytes"]),
+            "total_bytes": float(values["total_bytes"]),
+            "capacity_bytes": float(values["capacity_bytes"]),
+            "headroom_fraction": float(values["headroom_fraction"]),
+            "required_headroom_fraction": self.workload.headroom_fraction,
+            "fits": bool(values["fits"]),
+        }
+
+    def throughput_dict(self) -> dict[str, Any]:
+        values = self.values
+        return {
+            "tokens_per_s": float(values["tokens_per_s"]),
+            "latency_per_token_ms": float(values["latency_per_token_s"]) * 1e3,
+            "step_time_s": float(values["step_time_s"]),
+            "concurrent_slots": int(round(values["concurrent_slots"])),
+            "prefill_time_s": float(values["prefill_time_s"]),
+            "tensor_parallel_s": float(values["tensor_parallel_s"]),
+            "memory_bound": bool(values["memory_bound"]),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "workload": "infer",
+            "model": model_summary(self.model),
+            "plan": self.plan_dict(),
+            "memory": self.memory_dict(),
+            "throughput": self.throughput_dict(),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+@dataclass(frozen=True, slots=True)
 class RunnerUp:
     """The best plan that decides ``changed_field`` differently from the chosen plan."""
 
     changed_field: str
-    estimate: TrainingEstimate
+    estimate: Any
+    """A TrainingEstimate or a ServingEstimate."""
     tokens_per_s_loss_fraction: float
     """1 - its tokens/s over the chosen plan's."""
     differences: Mapping[str, tuple[Any, Any]]
@@ -226,10 +313,12 @@ class SolveResult:
     """The answer of ``solve``: the plan (or why there is none), the solver report, runners-up."""
 
     solver: SolverReport
-    estimate: TrainingEstimate | None
+    estimate: Any
+    """TrainingEstimate or ServingEstimate; None when there is no plan."""
     runners_up: tuple[RunnerUp, ...] = ()
     explanation: Explanation | None = None
     offload_cost: Mapping[str, float] | None = None
+    workload_kind: str = "train"
     """For an offloaded plan: what the same plan would need without offload, and the
     expected slowdown (its tokens/s over the offloaded plan's)."""
 
@@ -241,7 +330,7 @@ class SolveResult:
         if self.estimate is not None:
             body = self.estimate.to_dict()
         else:
-            body = {"schema": SCHEMA, "workload": "train", "plan": None, "memory": None, "throughput": None}
+            body = {"schema": SCHEMA, "workload": self.workload_kind, "plan": None, "memory": None, "throughput": None}
         body["solver"] = self.solver.to_dict()
         body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None

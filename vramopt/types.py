@@ -246,3 +246,38 @@ class SearchSpace:
     min_tokens_per_s: float | None = None
     time_limit_s: float = 10.0
     workers: int = 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServingPlan:
+    """One combination of techniques for serving; the JSON contract's ``plan`` for infer."""
+
+    gpu: str
+    gpus: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    quantization: str = "bf16"
+    """Weight format: bf16, fp8, int8, int4 (weight-only, GPTQ/AWQ) or fp4 (NVFP4)."""
+    kv_cache_dtype: str = "bf16"
+    paged_kv: bool = True
+    """PagedAttention (vLLM) instead of reserving the full context per slot."""
+    slots: int = 16
+    """Concurrent sequences per replica (vLLM max-num-seqs)."""
+    mig_profile: str = "none"
+    """A MIG profile name (each instance serves one replica) or 'none' for whole GPUs."""
+    speculative_decoding: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServingWorkload:
+    """What the user serves and the service's requirements."""
+
+    model: str
+    context: int = 8192
+    """Maximum tokens per sequence, prompt plus output (vLLM max-model-len)."""
+    headroom_fraction: float = 0.10
+    min_slots: int = 1
+    """Concurrent sequences the whole deployment must hold at least."""
+    max_latency_ms: float | None = None
+    """Upper bound of the time per output token of one sequence, milliseconds."""
+    kind: str = "infer"

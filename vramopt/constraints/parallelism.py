@@ -9,7 +9,8 @@ parallel over the divisors of the layer count (equal stages); data parallel is d
 
 from __future__ import annotations
 
-from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_choice, parse_int
+from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_int
+from vramopt.types import WORKLOADS
 
 
 def powers_of_two_up_to(limit: int) -> tuple[int, ...]:
@@ -46,6 +47,7 @@ GPU = Technique(
     default_values=lambda context: (),
     columns=lambda value: {},
     decode=lambda codes: None,
+    workloads=WORKLOADS,
 )
 
 GPUS = Technique(
@@ -56,6 +58,7 @@ GPUS = Technique(
     default_values=lambda context: (),
     columns=lambda value: {"gpus": value},
     decode=lambda codes: int(codes["gpus"]),
+    workloads=WORKLOADS,
 )
 
 TENSOR_PARALLEL = Technique(
@@ -66,6 +69,7 @@ TENSOR_PARALLEL = Technique(
     default_values=_tensor_parallel_values,
     columns=lambda value: {"tensor_parallel": value},
     decode=lambda codes: int(codes["tensor_parallel"]),
+    workloads=WORKLOADS,
 )
 
 PIPELINE_PARALLEL = Technique(
@@ -76,6 +80,7 @@ PIPELINE_PARALLEL = Technique(
     default_values=lambda context: divisors(context.layers),
     columns=lambda value: {"pipeline_parallel": value},
     decode=lambda codes: int(codes["pipeline_parallel"]),
+    workloads=WORKLOADS,
 )
 
 DATA_PARALLEL = Technique(

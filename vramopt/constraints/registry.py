@@ -6,10 +6,22 @@ techniques that are not registered here, or a technique lacks a decode step.
 
 from __future__ import annotations
 
-from vramopt.constraints import attention, batching, checkpointing, offload, parallelism, precision, zero
+from vramopt.constraints import (
+    attention,
+    batching,
+    checkpointing,
+    kv_cache,
+    mig,
+    offload,
+    parallelism,
+    precision,
+    quantization,
+    speculative,
+    zero,
+)
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, precision, batching, zero, offload, checkpointing, attention)
+MODULES = (parallelism, precision, batching, zero, offload, checkpointing, attention, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
@@ -17,7 +29,15 @@ BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
+SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
+SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
+"""Serving is not separable (the KV cache couples slots and dtype): all its non-key choices
+form one group, the 'state' items, and the activation group is a single neutral item."""
 
 
 def technique(field: str) -> Technique:
     return BY_FIELD[field]
+
+
+def fields_for(kind: str) -> tuple[str, ...]:
+    return tuple(technique.field for technique in TECHNIQUES if kind in technique.workloads)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from vramopt.errors import InputError
+from vramopt.types import TRAINING_KINDS, WORKLOADS
 
 GROUPS = ("key", "state", "activation")
 
@@ -51,6 +52,8 @@ class Technique:
     """Value -> PlanColumns codes (empty for derived fields such as data_parallel)."""
     decode: Callable[[Mapping[str, int]], Any]
     """PlanColumns codes of the chosen row -> the plan value."""
+    workloads: tuple[str, ...] = TRAINING_KINDS
+    """The workloads whose plans have this field."""
 
     def preference(self, value: Any, domain: Sequence) -> int:
         """Fixed tie-break order: the position in the domain's declared order."""

@@ -7,9 +7,10 @@ from vramopt.constraints import registry
 from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.optimizer.oracle import Choice
 from vramopt.optimizer.problem import KEY_COLUMNS, Problem
-from vramopt.types import TrainingPlan
+from vramopt.types import ServingPlan, TrainingPlan
 
 PLAN_FIELDS = tuple(TrainingPlan.__slots__)
+SERVING_PLAN_FIELDS = tuple(ServingPlan.__slots__)
 
 
 def plan_codes(problem: Problem, key: int, state_item: int, activation_item: int) -> dict[str, int]:
@@ -24,7 +25,15 @@ def plan_codes(problem: Problem, key: int, state_item: int, activation_item: int
     return codes
 
 
-def decode_choice(problem: Problem, choice: Choice) -> TrainingPlan:
+def decode_choice(problem: Problem, choice: Choice):
+    """The chosen plan: a TrainingPlan, or a ServingPlan for the infer workload."""
+    if problem.kind == "infer":
+        values = plan_values(problem, choice.key, choice.state_item, choice.activation_item)
+        fields = {"gpu": values["gpu"]}
+        for technique in registry.TECHNIQUES:
+            if technique.field in SERVING_PLAN_FIELDS and technique.field != "gpu":
+                fields[technique.field] = technique.decode(values)
+        return ServingPlan(**fields)
     codes = plan_codes(problem, choice.key, choice.state_item, choice.activation_item)
     fields = {"gpu": problem.gpu_of(choice.key).name}
     for technique in registry.TECHNIQUES:
@@ -38,6 +47,6 @@ def plan_values(problem: Problem, key: int, state_item: int, activation_item: in
     values = problem.key_values(key)
     values.update(problem.state.values[state_item])
     values.update(problem.activation.values[activation_item])
-    if values["grad_comm_precision"] == SAME_AS_PRECISION:
+    if values.get("grad_comm_precision") == SAME_AS_PRECISION:
         values["grad_comm_precision"] = values["precision"]
     return values

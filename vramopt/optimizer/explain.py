@@ -16,7 +16,7 @@ from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, build_problem
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
-from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
+from vramopt.types import PRECISIONS, SearchSpace
 from vramopt.units import BYTES_PER_MIB, format_bytes
 
 MAX_GPUS_TRIED = 65_536
@@ -41,7 +41,7 @@ def _leanest(problem: Problem) -> Choice | None:
     return Choice(key, int(state_item[key]), int(activation_item[key]), (int(overshoot[key]),))
 
 
-def _try(workload: TrainingWorkload, space: SearchSpace) -> Problem | None:
+def _try(workload, space: SearchSpace) -> Problem | None:
     try:
         problem = build_problem(workload, space)
     except VramoptError:
@@ -53,6 +53,12 @@ def _summary(problem: Problem, choice: Choice | None) -> str:
     if choice is None:
         return "no plan"
     plan = decode_choice(problem, choice)
+    if problem.kind == "infer":
+        mig = f", MIG {plan.mig_profile}" if plan.mig_profile != "none" else ""
+        return (
+            f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, {plan.quantization} weights, "
+            f"{plan.kv_cache_dtype} KV, {plan.slots} slots{mig}"
+        )
     return (
         f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, zero={plan.zero_stage}, "
         f"{plan.precision}, offload={plan.offload}, checkpointing={plan.checkpointing}"
@@ -64,7 +70,7 @@ def _best_detail(problem: Problem) -> str:
     return "best plan " + _summary(problem, choice)
 
 
-def _relaxations(problem: Problem, workload: TrainingWorkload, space: SearchSpace) -> list[Relaxation]:
+def _relaxations(problem: Problem, workload, space: SearchSpace) -> list[Relaxation]:
     found: list[Relaxation] = []
     factor = 2
     while space.max_gpus * factor <= MAX_GPUS_TRIED:
@@ -76,10 +82,13 @@ def _relaxations(problem: Problem, workload: TrainingWorkload, space: SearchSpac
             break
         factor *= 2
     choices = problem.choices
-    for field, change in (("offload", "allow offload (cpu or nvme)"), ("precision", "allow precision fp8")):
+    relaxable = (
+        (("quantization", "allow quantization fp8/int8/int4"), ("mig_profile", "allow any MIG profile or whole GPUs"))
+        if problem.kind == "infer"
+        else (("offload", "allow offload (cpu or nvme)"), ("precision", "allow precision fp8"))
+    )
+    for field, change in relaxable:
         restricted = field in choices["pin"] or field in choices["allow"] or field in choices["forbid"]
-        if field == "precision" and not restricted:
-            continue
         if restricted:
             relaxed = replace(
                 space,
@@ -102,12 +111,13 @@ def _relaxations(problem: Problem, workload: TrainingWorkload, space: SearchSpac
         result = _try(workload, replace(space, pin={}, allow={}, forbid={}))
         if result is not None:
             found.append(Relaxation("drop the --pin/--allow/--forbid choices", _best_detail(result)))
+    if problem.kind == "infer":
+        found.extend(_serving_requirement_relaxations(workload, space))
     leanest = _leanest(problem)
     if leanest is not None and workload.headroom_fraction > 0:
-        gpu = problem.gpu_of(leanest.key)
         needed_mib = int(problem.state.memory_mib[leanest.key, leanest.state_item] + problem.activation.memory_mib[leanest.key, leanest.activation_item])
         needed_bytes = (needed_mib + math.ceil(problem.constant_bytes[leanest.key] / BYTES_PER_MIB) + 1) * BYTES_PER_MIB
-        headroom = math.floor((1.0 - needed_bytes / gpu.memory_bytes) * 1000) / 1000
+        headroom = math.floor((1.0 - needed_bytes / problem.capacity_bytes[leanest.key]) * 1000) / 1000
         if 0 <= headroom < workload.headroom_fraction:
             result = _try(replace(workload, headroom_fraction=headroom), space)
             if result is not None:
@@ -115,7 +125,23 @@ def _relaxations(problem: Problem, workload: TrainingWorkload, space: SearchSpac
     return found
 
 
+def _serving_requirement_relaxations(workload, space: SearchSpace) -> list[Relaxation]:
+    found = []
+    if workload.max_latency_ms is not None:
+        result = _try(replace(workload, max_latency_ms=None), space)
+        if result is not None:
+            found.append(Relaxation("drop --max-latency-ms", _best_detail(result)))
+    if workload.min_slots > 1:
+        result = _try(replace(workload, min_slots=1), space)
+        if result is not None:
+            found.append(Relaxation("lower --min-slots", _best_detail(result)))
+    return found
+
+
 def _model_state_sentence(problem: Problem) -> str:
+    if problem.kind == "infer":
+        model = problem.model
+        return f"serving {model.name} ({model.params_total / 1e9:,.0f}B parameters) with {problem.workload.context:,}-token context"
     model = problem.model
     precision = PRECISIONS.index("bf16")
     per_param = 2 * PRECISION_BYTES[precision] + PRECISION_ADAM_BYTES[precision]
@@ -138,7 +164,8 @@ def explain_infeasible(problem: Problem) -> Explanation:
             best_seconds = (
                 memory_only.state.time_s[best.key, best.state_item] + memory_only.activation.time_s[best.key, best.activation_item]
             )
-            reachable = workload.global_batch * workload.seq_len / best_seconds
+            work = 1.0 if problem.kind == "infer" else workload.global_batch * workload.seq_len
+            reachable = work / best_seconds
             reason = (
                 f"the fastest plan within {space.max_gpus} GPUs reaches about {reachable:,.0f} tokens/s, "
                 f"below the target of {space.min_tokens_per_s:,.0f} tokens/s"
@@ -147,7 +174,11 @@ def explain_infeasible(problem: Problem) -> Explanation:
             return Explanation(reason, "throughput_target", None, None, relaxations + extra)
     leanest = _leanest(problem)
     if leanest is None:
-        reason = "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO) or every activation choice is excluded"
+        reason = (
+            "no serving plan meets the requirements: every choice breaks the latency bound, the minimum slots, or a rule of the GPU"
+            if problem.kind == "infer"
+            else "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO) or every activation choice is excluded"
+        )
         return Explanation(reason, "host_or_nvme_capacity", None, None, relaxations)
     gpu = problem.gpu_of(leanest.key)
     needed = (
@@ -155,10 +186,12 @@ def explain_infeasible(problem: Problem) -> Explanation:
         + problem.activation.memory_bytes[leanest.key, leanest.activation_item]
         + problem.constant_bytes[leanest.key]
     )
-    allowed = gpu.memory_bytes * (1 - workload.headroom_fraction)
+    capacity = float(problem.capacity_bytes[leanest.key])
+    allowed = capacity * (1 - workload.headroom_fraction)
+    where = "per MIG instance" if problem.kind == "infer" and capacity < gpu.memory_bytes else "per GPU"
     reason = (
         f"{_model_state_sentence(problem)}; the leanest plan ({_summary(problem, leanest)}) needs "
-        f"{format_bytes(needed)} per GPU, {gpu.name} allows {format_bytes(allowed)} "
-        f"({format_bytes(gpu.memory_bytes)} at {workload.headroom_fraction:.0%} headroom)"
+        f"{format_bytes(needed)} {where}, {gpu.name} allows {format_bytes(allowed)} "
+        f"({format_bytes(capacity)} at {workload.headroom_fraction:.0%} headroom)"
     )
     return Explanation(reason, "gpu_memory", float(needed), float(allowed), relaxations)

@@ -25,6 +25,7 @@ from vramopt.constraints.parallelism import gpu_counts
 from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
+from vramopt.costs.inference import QUANTIZATIONS
 from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
 from vramopt.errors import InputError
 from vramopt.estimate import check_headroom, training_case
@@ -71,12 +72,16 @@ class Problem:
     constant_bytes: np.ndarray
     budget_mib: np.ndarray
     """Per key: floor(capacity*(1-headroom)) - ceil(logits + reserve), in MiB."""
+    capacity_bytes: np.ndarray
+    """Per key: the memory of one GPU (or of one MIG instance when serving on MIG)."""
     state: ItemTable
     activation: ItemTable
     tick_s: float
     bound_ticks: int | None
     """min-gpus objective: the step-time bound in ticks that reaches min_tokens_per_s."""
     choices: dict = field(repr=False)
+    kind: str = "train"
+    """'train' (any training kind) or 'infer'."""
 
     @property
     def key_count(self) -> int:
@@ -86,15 +91,29 @@ class Problem:
         return self.gpus[int(self.keys["gpu_index"][key])]
 
     def key_values(self, key: int) -> dict[str, Any]:
+        gpu = self.gpu_of(key)
+        if self.kind == "infer":
+            mig = int(self.keys["mig_profile"][key])
+            return {
+                "gpus": int(self.keys["gpus"][key]),
+                "tensor_parallel": int(self.keys["tensor_parallel"][key]),
+                "pipeline_parallel": int(self.keys["pipeline_parallel"][key]),
+                "quantization": QUANTIZATIONS[int(self.keys["quantization"][key])],
+                "mig_profile": gpu.mig_profiles[mig].name if mig >= 0 else "none",
+                "gpu": gpu.name,
+            }
         values = {name: int(self.keys[name][key]) for name in KEY_COLUMNS}
         values["precision"] = PRECISIONS[values["precision"]]
-        values["gpu"] = self.gpu_of(key).name
+        values["gpu"] = gpu.name
         return values
 
 
-def check_space(space: SearchSpace, workload: TrainingWorkload) -> None:
+def check_space(space: SearchSpace, workload) -> None:
     check_headroom(workload.headroom_fraction)
-    for name, value in (("max_gpus", space.max_gpus), ("seq_len", workload.seq_len), ("global_batch", workload.global_batch), ("workers", space.workers)):
+    sizes = [("max_gpus", space.max_gpus), ("workers", space.workers)]
+    if isinstance(workload, TrainingWorkload):
+        sizes += [("seq_len", workload.seq_len), ("global_batch", workload.global_batch)]
+    for name, value in sizes:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
     if space.max_gpus > 1_048_576:
@@ -112,13 +131,18 @@ def check_space(space: SearchSpace, workload: TrainingWorkload) -> None:
         raise InputError("at least one GPU type is needed (--gpu)")
 
 
-def build_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
+def build_problem(workload, space: SearchSpace) -> Problem:
+    """The problem of a training or a serving workload (``ServingWorkload``)."""
+    if not isinstance(workload, TrainingWorkload):
+        from vramopt.optimizer.serving_problem import build_serving_problem
+
+        return build_serving_problem(workload, space)
     check_space(space, workload)
     model = load_model(workload.model)
     if workload.seq_len > model.max_context:
         raise InputError(f"seq_len {workload.seq_len} is longer than {model.name}'s context of {model.max_context} tokens")
     choices = parsed_user_choices(space)
-    gpus = _gpu_types(space, choices)
+    gpus = gpu_types(space, choices)
 
     key_rows, contexts = [], []
     for gpu_index, gpu in enumerate(gpus):
@@ -160,11 +184,12 @@ def build_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
         bound = int(math.floor(bound_s / tick_s))
     return Problem(
         workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
-        budget_mib=budget_mib, state=state, activation=activation, tick_s=tick_s, bound_ticks=bound, choices=choices,
+        budget_mib=budget_mib, capacity_bytes=capacity, state=state, activation=activation, tick_s=tick_s,
+        bound_ticks=bound, choices=choices,
     )
 
 
-def _gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
+def gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
     names = list(space.gpus)
     if "gpu" in choices["allow"]:
         names = list(choices["allow"]["gpu"])

@@ -15,10 +15,16 @@ from vramopt.optimizer.oracle import Choice, best_in_keys_by_bound
 from vramopt.optimizer.prune import lower_bounds
 from vramopt.optimizer.problem import Problem, ItemTable
 
-RUNNER_UP_FIELDS = (
-    "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "pipeline_parallel",
-    "gpus", "micro_batch", "flash_attention", "gpu",
-)
+RUNNER_UP_FIELDS = {
+    "train": (
+        "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "pipeline_parallel",
+        "gpus", "micro_batch", "flash_attention", "gpu",
+    ),
+    "infer": (
+        "quantization", "tensor_parallel", "pipeline_parallel", "gpus", "mig_profile", "kv_cache_dtype",
+        "paged_kv", "speculative_decoding", "slots", "gpu",
+    ),
+}
 
 
 def _masked(table: ItemTable, keep_items: np.ndarray) -> ItemTable:
@@ -29,10 +35,10 @@ def _masked(table: ItemTable, keep_items: np.ndarray) -> ItemTable:
 def _without(problem: Problem, field: str, value) -> tuple[Problem, np.ndarray]:
     keys = np.arange(problem.key_count)
     state, activation = problem.state, problem.activation
-    if field in ("zero_stage", "offload", "grad_comm_precision"):
+    if field in state.values[0]:
         keep = np.array([item[field] != value for item in state.values])
         state = _masked(state, keep[None, :])
-    elif field in ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"):
+    elif field in activation.values[0]:
         keep = np.array([item[field] != value for item in activation.values])
         activation = _masked(activation, keep[None, :])
     else:
@@ -46,7 +52,7 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
     found: dict[tuple[int, int, int], tuple[str, Choice]] = {}
     # Masking a value only removes candidates, so the unmasked bounds stay valid.
     lower = lower_bounds(problem)
-    for field in RUNNER_UP_FIELDS:
+    for field in RUNNER_UP_FIELDS[problem.kind]:
         masked, keys = _without(problem, field, chosen_values[field])
         choice = best_in_keys_by_bound(masked, keys, lower)
         if choice is None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 
 from vramopt.errors import VramoptError
-from vramopt.estimate import estimate_training
+from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice, plan_values
 from vramopt.optimizer.explain import explain_infeasible
 from vramopt.optimizer.objective import primary_name
@@ -19,7 +19,7 @@ from vramopt.optimizer.problem import build_problem
 from vramopt.optimizer.runners_up import runners_up
 from vramopt.optimizer.solve import solve_cp
 from vramopt.results import RunnerUp, SolveResult, SolverReport
-from vramopt.types import SearchSpace, TrainingWorkload
+from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 
 ENGINES = ("cp-sat", "exhaustive")
 
@@ -28,7 +28,17 @@ class PlanVerificationError(VramoptError):
     """A decoded plan failed the floating-point re-check (a bug: integer tables round up)."""
 
 
-def solve_training(workload: TrainingWorkload, space: SearchSpace, engine: str = "cp-sat", runner_up_count: int = 3) -> SolveResult:
+def solve_training(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count: int = 3) -> SolveResult:
+    """Kept for callers of the training-only name; ``solve`` takes any workload."""
+    return solve(workload, space, engine, runner_up_count)
+
+
+def _estimate(workload, plan):
+    return estimate_serving(workload, plan) if isinstance(workload, ServingWorkload) else estimate_training(workload, plan)
+
+
+def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count: int = 3) -> SolveResult:
+    """The best plan for a TrainingWorkload or a ServingWorkload within ``space``."""
     if engine not in ENGINES:
         raise VramoptError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
     started = time.perf_counter()
@@ -55,23 +65,25 @@ def solve_training(workload: TrainingWorkload, space: SearchSpace, engine: str =
 
     if choice is None:
         explanation = explain_infeasible(problem) if status == "infeasible" else None
-        return SolveResult(solver=report(status), estimate=None, explanation=explanation)
+        return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind)
 
     plan = decode_choice(problem, choice)
-    estimate = estimate_training(workload, plan)
+    estimate = _estimate(workload, plan)
     if not estimate.fits:
         raise PlanVerificationError(f"internal error: the decoded plan does not fit in floating point: {plan}")
     chosen_values = plan_values(problem, choice.key, choice.state_item, choice.activation_item)
     alternatives = []
     for field, alternative in runners_up(problem, choice, runner_up_count):
         alternative_plan = decode_choice(problem, alternative)
-        alternative_estimate = estimate_training(workload, alternative_plan)
+        alternative_estimate = _estimate(workload, alternative_plan)
         values = plan_values(problem, alternative.key, alternative.state_item, alternative.activation_item)
         differences = {name: (chosen_values[name], values[name]) for name in chosen_values if chosen_values[name] != values[name]}
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
+    offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate)
     return SolveResult(
-        solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=_offload_cost(workload, estimate)
+        solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
+        workload_kind=workload.kind,
     )
 
 

@@ -24,7 +24,7 @@ from vramopt.constraints.headroom import encode_memory_budget
 from vramopt.constraints.technique import ChoiceVariables, encode_choices
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 from vramopt.optimizer.oracle import Choice
-from vramopt.optimizer.problem import KEY_COLUMNS, Problem
+from vramopt.optimizer.problem import Problem
 from vramopt.optimizer.prune import reduce
 
 STATUS_NAMES = {
@@ -61,7 +61,7 @@ class _Model:
         for row, key in enumerate(keys):
             key = int(key)
             values = problem.key_values(key)
-            literal = cp.new_bool_var("key[" + ",".join(f"{name}={values[name]}" for name in ("gpu",) + KEY_COLUMNS) + "]")
+            literal = cp.new_bool_var("key[" + ",".join(f"{name}={value}" for name, value in values.items()) + "]")
             self.key_literals[key] = literal
             states = [
                 (item, cp.new_bool_var(f"state[{key},{_label(problem.state.values[item])}]"))
@@ -103,7 +103,7 @@ class _Model:
         state_groups: dict[str, dict] = defaultdict(lambda: defaultdict(list))
         for (key, item), literal in self.state_literals.items():
             values = dict(problem.state.values[item])
-            if values["grad_comm_precision"] == "same":
+            if values.get("grad_comm_precision") == "same":
                 values["grad_comm_precision"] = problem.key_values(key)["precision"]
             for field, value in values.items():
                 state_groups[field][value].append(literal)

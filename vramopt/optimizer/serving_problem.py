@@ -1,0 +1,180 @@
+"""The search problem for serving (``--workload infer``), in the same table form as training.
+
+Keys: GPU type and count, tensor and pipeline parallel, weight quantization and MIG profile.
+Serving is not separable (the KV cache couples slots and its dtype), so every other choice
+(KV dtype, paged or contiguous, speculative decoding, slots) is one "state" item and the
+activation group is a single neutral item. The time the objective minimizes is the
+deployment's seconds per output token, 1 / tokens_per_s, so "throughput", "per-gpu" and
+"min-gpus" read exactly as for training. The latency bound and the minimum concurrent slots
+make items invalid; memory is the headroom rule per GPU or per MIG instance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from vramopt.constraints.mig import NO_MIG
+from vramopt.constraints.parallelism import gpu_counts
+from vramopt.constraints.technique import DomainContext
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, serving_invalid_reasons
+from vramopt.errors import InputError
+from vramopt.estimate import mig_profile_code, serving_case
+from vramopt.optimizer.domains import domain, parsed_user_choices
+from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, check_space, gpu_types
+from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
+from vramopt.units import BYTES_PER_MIB
+
+SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
+
+
+def check_serving_workload(workload: ServingWorkload) -> None:
+    if isinstance(workload.min_slots, bool) or not isinstance(workload.min_slots, int) or workload.min_slots < 1:
+        raise InputError(f"min_slots must be a positive integer, got {workload.min_slots!r}")
+    latency = workload.max_latency_ms
+    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) or latency <= 0):
+        raise InputError(f"max latency must be a positive number of milliseconds, got {latency!r}")
+
+
+def build_serving_problem(workload: ServingWorkload, space: SearchSpace) -> Problem:
+    check_space(space, workload)
+    check_serving_workload(workload)
+    choices = parsed_user_choices(space)
+    gpus = gpu_types(space, choices)
+    cases = [serving_case(workload, gpu.name) for gpu in gpus]
+    model = cases[0].model
+
+    key_rows, item_values = [], None
+    for gpu_index, gpu in enumerate(gpus):
+        context = DomainContext(
+            layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
+            allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
+            supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
+        )
+        key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, space, context, choices))
+        if item_values is None:
+            item_values = _items(context, choices)
+    if not key_rows:
+        raise InputError(
+            f"no serving layout of {model.name} ({model.layers} layers, {model.heads} heads) within {space.max_gpus} GPUs "
+            "matches the choices: tp must divide the heads, pp the layers, and tp x pp the GPU count"
+        )
+    if not item_values:
+        raise InputError("the pins and forbids leave no KV cache / slots / speculative decoding choice")
+    names = ("gpu_index",) + SERVING_KEY_COLUMNS
+    keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(names)}
+
+    key_count, item_count = len(key_rows), len(item_values)
+    codes = {name: np.repeat(keys[name], item_count) for name in SERVING_KEY_COLUMNS}
+    for name, values in (
+        ("kv_cache_dtype", [KV_CACHE_DTYPES.index(item["kv_cache_dtype"]) for item in item_values]),
+        ("paged_kv", [int(item["paged_kv"]) for item in item_values]),
+        ("speculative", [int(item["speculative_decoding"]) for item in item_values]),
+        ("slots", [item["slots"] for item in item_values]),
+    ):
+        codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
+    gpu_index = np.repeat(keys["gpu_index"], item_count)
+    memory = np.zeros(key_count * item_count)
+    seconds = np.zeros(key_count * item_count)
+    reserve = np.zeros(key_count * item_count)
+    capacity = np.zeros(key_count * item_count)
+    valid = np.zeros(key_count * item_count, dtype=bool)
+    latency_bound = workload.max_latency_ms / 1e3 if workload.max_latency_ms is not None else math.inf
+    for index, case in enumerate(cases):
+        rows = np.flatnonzero(gpu_index == index)
+        if rows.size == 0:
+            continue
+        columns = ServingColumns(**{name: codes[name][rows] for name in ServingColumns.__dataclass_fields__})
+        values = evaluate_serving(case, columns)
+        ok = np.ones(rows.size, dtype=bool)
+        for mask in serving_invalid_reasons(case, columns).values():
+            ok &= ~np.asarray(mask, dtype=bool)
+        ok &= values["latency_per_token_s"] <= latency_bound
+        ok &= values["concurrent_slots"] >= workload.min_slots
+        ok &= np.isfinite(values["tokens_per_s"]) & (values["tokens_per_s"] > 0)
+        memory[rows] = values["total_bytes"] - values["reserve_bytes"]
+        reserve[rows] = values["reserve_bytes"]
+        capacity[rows] = values["capacity_bytes"]
+        with np.errstate(divide="ignore"):
+            seconds[rows] = np.where(ok, 1.0 / values["tokens_per_s"], 0.0)
+        valid[rows] = ok
+    shape = (key_count, item_count)
+    constant = reserve.reshape(shape).max(axis=1)
+    key_capacity = capacity.reshape(shape).max(axis=1)
+    budget_mib = np.floor(key_capacity * (1.0 - workload.headroom_fraction) / BYTES_PER_MIB).astype(np.int64) - np.ceil(
+        constant / BYTES_PER_MIB
+    ).astype(np.int64)
+    valid_times = seconds[valid]
+    tick_s = (float(valid_times.min()) if valid_times.size else 1.0) / TICKS_PER_BEST_STEP
+    state = ItemTable(
+        values=tuple(item_values),
+        valid=valid.reshape(shape),
+        memory_mib=np.ceil(memory / BYTES_PER_MIB).astype(np.int64).reshape(shape),
+        time_ticks=np.rint(seconds / tick_s).astype(np.int64).reshape(shape),
+        memory_bytes=memory.reshape(shape),
+        time_s=seconds.reshape(shape),
+    )
+    activation = ItemTable(
+        values=({},),
+        valid=np.ones((key_count, 1), dtype=bool),
+        memory_mib=np.zeros((key_count, 1), dtype=np.int64),
+        time_ticks=np.zeros((key_count, 1), dtype=np.int64),
+        memory_bytes=np.zeros((key_count, 1)),
+        time_s=np.zeros((key_count, 1)),
+    )
+    bound = None
+    if space.objective == "min-gpus":
+        bound = int(math.floor((1.0 / space.min_tokens_per_s) / tick_s))
+    return Problem(
+        workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
+        budget_mib=budget_mib, capacity_bytes=key_capacity, state=state, activation=activation, tick_s=tick_s,
+        bound_ticks=bound, choices=choices, kind="infer",
+    )
+
+
+def _keys_for_gpu(gpu_index, gpu, model, space, context, choices) -> list[tuple]:
+    counts = [count for count in domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes)) if count <= space.max_gpus]
+    tensor = domain("tensor_parallel", context, choices)
+    pipeline = domain("pipeline_parallel", context, choices)
+    quantizations = domain("quantization", context, choices)
+    for name in quantizations:
+        needs = {"fp8": "fp8", "fp4": "fp4"}.get(name)
+        if needs and not gpu.supports(needs) and ("quantization" in choices["pin"] or "quantization" in choices["allow"]):
+            raise InputError(f"{gpu.name} cannot run {name} weights (no {needs} tensor cores); choose bf16, int8 or int4")
+    default_mig = (NO_MIG,) + tuple(profile.name for profile in gpu.mig_profiles)
+    profiles = domain("mig_profile", context, choices, default_mig if "mig_profile" not in choices["allow"] else None)
+    mig_codes = []
+    for name in profiles:
+        if name != NO_MIG and not gpu.mig_profiles and len(space.gpus) == 1:
+            mig_profile_code(gpu, name)  # raises the clear error
+        if name == NO_MIG or any(profile.name == name for profile in gpu.mig_profiles):
+            mig_codes.append(mig_profile_code(gpu, name))
+        elif "mig_profile" in choices["pin"] and len(space.gpus) == 1:
+            mig_profile_code(gpu, name)
+    rows = []
+    for count, t, p, quantization, mig in itertools.product(counts, tensor, pipeline, quantizations, mig_codes):
+        if mig >= 0 and (t > 1 or p > 1):
+            continue
+        if count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+            continue
+        if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
+            continue
+        needs = {"fp8": "fp8", "fp4": "fp4"}.get(quantization)
+        if needs and not gpu.supports(needs):
+            continue
+        rows.append((gpu_index, count, t, p, QUANTIZATIONS.index(quantization), mig))
+    return rows
+
+
+def _items(context, choices) -> tuple[dict, ...]:
+    return tuple(
+        {"kv_cache_dtype": dtype, "paged_kv": paged, "speculative_decoding": speculative, "slots": slots}
+        for dtype, paged, speculative, slots in itertools.product(
+            domain("kv_cache_dtype", context, choices),
+            domain("paged_kv", context, choices),
+            domain("speculative_decoding", context, choices),
+            domain("slots", context, choices),
+        )
+    )
