@@ -30,18 +30,21 @@ from vramopt.display import (
     render_gpus,
     render_models,
     render_infeasible,
+    render_serving,
     render_solve,
     render_training,
     to_csv,
     to_json,
 )
 from vramopt.errors import InputError, VramoptError
-from vramopt.estimate import estimate_training
+from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import all_gpus, load_gpu
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
-from vramopt.optimizer.search import ENGINES, solve_training
-from vramopt.types import PRECISIONS, SearchSpace, TrainingPlan, TrainingWorkload
+from vramopt.optimizer.search import ENGINES
+from vramopt.optimizer.search import solve as solve_request
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
+from vramopt.types import PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 EXIT_USAGE = 2
 """Bad input of any kind: a usage error, a VramoptError (click uses 2 for usage errors)."""
@@ -170,8 +173,18 @@ def apply_options(options: list[Callable]) -> Callable:
 
 workload_options = apply_options(
     [
+        click.option("--workload", "workload_kind", type=click.Choice(WORKLOADS), default="train", show_default=True,
+                     help="train (pretraining), finetune (full), lora, qlora (4-bit base), infer (serving)."),
         click.option("--model", default="70b", show_default=True,
                      help="Catalog name or alias (see `vramopt models`), or a Hugging Face config.json path."),
+        click.option("--context", type=POSITIVE, default=8192, show_default=True,
+                     help="infer: maximum tokens per sequence (vLLM max-model-len)."),
+        click.option("--min-slots", type=POSITIVE, default=1, show_default=True,
+                     help="infer: concurrent sequences the deployment must hold at least."),
+        click.option("--max-latency-ms", type=click.FloatRange(min=0.0, min_open=True, max=1e7), default=None,
+                     help="infer: upper bound of the time per output token, milliseconds."),
+        click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
+                     help="lora/qlora: adapter rank (adapters on every linear layer)."),
         click.option("--seq-len", type=POSITIVE, default=4096, show_default=True, help="Tokens per sequence."),
         click.option("--global-batch", type=POSITIVE, default=1024, show_default=True,
                      help="Sequences per optimizer step (must be a multiple of micro-batch x data parallel)."),
@@ -202,11 +215,64 @@ plan_options = apply_options(
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention: no s^2 attention-score activations."),
         click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
+        click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="bf16", show_default=True,
+                     help="infer: weight format (int8/int4 weight-only; fp8/fp4 need those tensor cores)."),
+        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="bf16", show_default=True,
+                     help="infer: KV cache element type."),
+        click.option("--paged-kv/--no-paged-kv", default=True, show_default=True,
+                     help="infer: PagedAttention (store tokens in use) or contiguous (full context per slot)."),
+        click.option("--slots", type=POSITIVE, default=16, show_default=True, help="infer: concurrent sequences per replica."),
+        click.option("--mig-profile", default="none", show_default=True, help="infer: MIG profile per replica (e.g. 1g.10gb) or none."),
+        click.option("--speculative/--no-speculative", "speculative_decoding", default=False, show_default=True,
+                     help="infer: speculative decoding with a draft model."),
     ]
 )
 
+TRAINING_ONLY = {
+    "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
+    "virtual_stages": "--virtual-stages", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
+    "micro_batch": "--micro-batch",
+}
+SERVING_ONLY = {
+    "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
+    "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
+    "speculative_decoding": "--speculative",
+}
 
-def build_plan(options: Mapping[str, Any]) -> TrainingPlan:
+
+def given(name: str) -> bool:
+    """Whether the user typed this option (not click's default)."""
+    context = click.get_current_context()
+    source = context.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def reject_unused_options(kind: str) -> None:
+    """Nothing the user gave is silently ignored: a flag that does not apply is an error."""
+    context = click.get_current_context()
+    unused = dict(SERVING_ONLY) if kind != "infer" else dict(TRAINING_ONLY)
+    if kind not in ("lora", "qlora"):
+        unused["lora_rank"] = "--lora-rank"
+    for name, flag in unused.items():
+        if name in context.params and given(name):
+            raise click.UsageError(f"{flag} does not apply to --workload {kind}")
+
+
+def build_plan(options: Mapping[str, Any]):
+    if options["workload_kind"] == "infer":
+        return ServingPlan(
+            gpu=options["gpu"],
+            gpus=options["gpus"],
+            tensor_parallel=options["tensor_parallel"],
+            pipeline_parallel=options["pipeline_parallel"],
+            quantization=options["quantization"],
+            kv_cache_dtype=options["kv_cache_dtype"],
+            paged_kv=options["paged_kv"],
+            slots=options["slots"],
+            mig_profile=options["mig_profile"],
+            speculative_decoding=options["speculative_decoding"],
+        )
     return TrainingPlan(
         gpu=options["gpu"],
         gpus=options["gpus"],
@@ -224,12 +290,24 @@ def build_plan(options: Mapping[str, Any]) -> TrainingPlan:
     )
 
 
-def build_workload(options: Mapping[str, Any]) -> TrainingWorkload:
+def build_workload(options: Mapping[str, Any]):
+    kind = options["workload_kind"]
+    reject_unused_options(kind)
+    if kind == "infer":
+        return ServingWorkload(
+            model=options["model"],
+            context=options["context"],
+            headroom_fraction=options["headroom"],
+            min_slots=options["min_slots"],
+            max_latency_ms=options["max_latency_ms"],
+        )
     return TrainingWorkload(
         model=options["model"],
         seq_len=options["seq_len"],
         global_batch=options["global_batch"],
         headroom_fraction=options["headroom"],
+        kind=kind,
+        lora_rank=options["lora_rank"],
     )
 
 
@@ -282,8 +360,14 @@ def main(debug: bool) -> None:
 @plan_options
 @format_option()
 def estimate(output_format: str, **options: Any) -> None:
-    """Evaluate one training plan: memory per GPU, whether it fits, and throughput."""
-    result = estimate_training(build_workload(options), build_plan(options)).to_dict()
+    """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
+    whether it fits, and throughput."""
+    workload = build_workload(options)
+    if isinstance(workload, ServingWorkload):
+        result = estimate_serving(workload, build_plan(options)).to_dict()
+        emit(result, output_format, render_serving)
+        return
+    result = estimate_training(workload, build_plan(options)).to_dict()
     host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
     emit(result, output_format, lambda data: render_training(data, host_limit, nvme_limit))
 
@@ -356,11 +440,13 @@ TIME_LIMIT = click.FloatRange(min=0.001, max=3600.0)
               help="cp-sat, or the exhaustive reference enumerator over the same tables.")
 @format_option()
 def solve(output_format: str, **options: Any) -> None:
-    """Find the highest-throughput training plan that fits every GPU with its headroom.
+    """Find the highest-throughput plan that fits every GPU with its headroom.
 
-    Plan fields for --allow/--forbid/--pin: gpu, gpus, tensor_parallel, pipeline_parallel,
-    data_parallel, sequence_parallel, virtual_stages, precision, grad_comm_precision,
-    micro_batch, zero_stage, offload, checkpointing, flash_attention.
+    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel,
+    pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, precision,
+    grad_comm_precision, micro_batch, zero_stage, offload, checkpointing, flash_attention.
+    Serving (--workload infer): gpu, gpus, tensor_parallel, pipeline_parallel, quantization,
+    mig_profile, kv_cache_dtype, paged_kv, slots, speculative_decoding.
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason
     and the smallest fix are printed).
     """
@@ -378,7 +464,8 @@ def solve(output_format: str, **options: Any) -> None:
         time_limit_s=options["time_limit_s"],
         workers=options["workers"],
     )
-    result = solve_training(build_workload(options), space, engine=options["engine"])
+    workload = build_workload(options)
+    result = solve_request(workload, space, engine=options["engine"])
     data = result.to_dict()
     if result.estimate is None:
         if output_format == "json":
@@ -392,7 +479,7 @@ def solve(output_format: str, **options: Any) -> None:
         else:
             fail_line(f"no plan found within the {space.time_limit_s:g} s time limit (status {data['solver']['status']}); raise --time-limit")
         raise SystemExit(EXIT_USAGE)
-    host_limit, nvme_limit = offload_limits(data["plan"]["gpu"])
+    host_limit, nvme_limit = offload_limits(data["plan"]["gpu"]) if data["workload"] != "infer" else (None, None)
     if output_format == "csv":
         row = flatten(data)
         row.update({f"solver.{key}": value for key, value in data["solver"].items() if key != "objective_value"})

@@ -256,9 +256,61 @@ def render_solver(solver: Mapping[str, Any]) -> str:
     )
 
 
+SERVING_MEMORY_LABELS = {
+    "weights_bytes": "weights",
+    "kv_cache_bytes": "KV cache",
+    "activations_bytes": "activations (prefill chunk, logits)",
+    "draft_model_bytes": "draft model + its KV cache",
+    "reserve_bytes": "framework reserve",
+}
+
+
+def render_serving(result: Mapping[str, Any]) -> str:
+    """The table view of one evaluated serving plan."""
+    model, plan, memory, throughput = result["model"], result["plan"], result["memory"], result["throughput"]
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    unit = f"MIG {plan['mig_profile']} instance" if plan["mig_profile"] != "none" else "GPU"
+    lines = [
+        f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters, {model['layers']} layers, {model['kv_heads']} KV heads",
+        f"hardware  {plan['gpus']} x {plan['gpu']}" + (f", {plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU" if plan["mig_profile"] != "none" else ""),
+        f"replicas  {plan['replicas']} (tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']}), {plan['slots']} slots each, "
+        f"{throughput['concurrent_slots']:,} concurrent sequences of up to {plan['context']:,} tokens",
+        f"weights   {plan['quantization']}; KV cache {plan['kv_cache_dtype']}, {'paged' if plan['paged_kv'] else 'contiguous'}; "
+        f"speculative decoding {on_off(plan['speculative_decoding'])}",
+        "",
+    ]
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in SERVING_MEMORY_LABELS.items()]
+    rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
+    rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(capacity * (1 - required)), percent(1 - required)])
+    rows.append(["capacity", gb(capacity), percent(1.0)])
+    lines.append(table(rows, [f"memory per {unit}", "GB", "% of capacity"]))
+    lines.append("GB = 1e9 bytes")
+    lines.append("")
+    lines.append("FITS" if memory["fits"] else f"DOES NOT FIT: {gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit")
+    lines.append("")
+    bound = "memory-bandwidth bound" if throughput["memory_bound"] else "compute bound"
+    summary = [
+        ["output tokens/s (all replicas)", f"{throughput['tokens_per_s']:,.0f}"],
+        ["time per output token (one sequence)", f"{throughput['latency_per_token_ms']:,.2f} ms"],
+        ["decode step", f"{throughput['step_time_s'] * 1e3:,.2f} ms ({bound})"],
+        ["tensor-parallel all-reduces per step", f"{throughput['tensor_parallel_s'] * 1e3:,.2f} ms"],
+        [f"prefill of a {plan['context']:,}-token prompt", f"{throughput['prefill_time_s']:,.2f} s"],
+    ]
+    lines.append(table(summary, ["throughput", "value"]))
+    return "\n".join(lines)
+
+
 def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
     """The table view of a solve response with a plan."""
     memory, throughput = result["memory"], result["throughput"]
+    if result["workload"] == "infer":
+        why = (
+            f"why       the most output tokens/s that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
+            f"{'MIG instance' if result['plan']['mig_profile'] != 'none' else 'GPU'} free: {gb(memory['total_bytes'])} of "
+            f"{gb(memory['capacity_bytes'])} GB used"
+        )
+        return "\n".join([render_serving(result), "", why, render_solver(result["solver"]), "", render_runners_up(result)])
     why = (
         f"why       the highest tokens/s that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "

@@ -9,7 +9,7 @@ import pkgutil
 import vramopt.constraints as constraints_package
 from vramopt.constraints import registry
 from vramopt.constraints.technique import GROUPS, Technique
-from vramopt.types import TrainingPlan
+from vramopt.types import ServingPlan, TrainingPlan
 
 SHARED_MODULES = {"technique", "registry", "headroom"}
 
@@ -36,16 +36,22 @@ def test_every_technique_declares_domain_columns_and_decode():
 
 
 def test_every_plan_field_is_decided_by_a_technique():
-    fields = {technique.field for technique in registry.TECHNIQUES}
-    assert set(TrainingPlan.__slots__) <= fields
+    assert set(TrainingPlan.__slots__) <= set(registry.fields_for("train"))
+    assert set(ServingPlan.__slots__) <= set(registry.fields_for("infer"))
 
 
 def test_groups_cover_the_separable_fields():
-    assert set(registry.KEY_FIELDS) | set(registry.STATE_FIELDS) | set(registry.ACTIVATION_FIELDS) == set(registry.BY_FIELD)
-    for field in registry.STATE_FIELDS:
+    training = set(registry.KEY_FIELDS) | set(registry.STATE_FIELDS) | set(registry.ACTIVATION_FIELDS)
+    serving = set(registry.SERVING_KEY_FIELDS) | set(registry.SERVING_ITEM_FIELDS)
+    assert training == set(registry.fields_for("train"))
+    assert serving == set(registry.fields_for("infer"))
+    assert training | serving == set(registry.BY_FIELD)
+    for field in registry.STATE_FIELDS + registry.SERVING_ITEM_FIELDS:
         assert registry.technique(field).group == "state"
     for field in registry.ACTIVATION_FIELDS:
         assert registry.technique(field).group == "activation"
+    for field in registry.SERVING_KEY_FIELDS:
+        assert registry.technique(field).group == "key"
 
 
 def test_headroom_module_encodes_the_memory_budget():

@@ -39,4 +39,5 @@ def rank_of(problem, key, state_item, activation_item):
 
 
 def primary_name(problem) -> str:
-    return {"throughput": "step_ticks", "per-gpu": "gpus_x_step_ticks", "min-gpus": "gpus"}[problem.space.objective]
+    time = "seconds_per_output_token_ticks" if problem.kind == "infer" else "step_ticks"
+    return {"throughput": time, "per-gpu": f"gpus_x_{time}", "min-gpus": "gpus"}[problem.space.objective]
