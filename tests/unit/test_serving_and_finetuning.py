@@ -140,3 +140,19 @@ def test_cli_bad_serving_input_is_one_line(args, fragment):
     result = invoke(args)
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("objective", ["throughput"])
+@pytest.mark.parametrize("model,gpu,max_gpus,min_slots", [("8b", "h100", 8, 1), ("70b", "b200", 16, 1), ("8b", "a100-80gb", 8, 300)])
+def test_keeping_one_gpu_count_per_replica_layout_is_exact(objective, model, gpu, max_gpus, min_slots):
+    from vramopt.optimizer.decode import decode_choice
+    from vramopt.optimizer.oracle import solve_exhaustive
+    from vramopt.optimizer.serving_problem import build_serving_problem
+
+    workload = ServingWorkload(model=model, context=4096, min_slots=min_slots)
+    space = SearchSpace(gpus=(gpu,), max_gpus=max_gpus, objective=objective)
+    pruned = build_serving_problem(workload, space)
+    full = build_serving_problem(workload, space, prune_counts=False)
+    assert pruned.key_count < full.key_count
+    best_pruned, best_full = solve_exhaustive(pruned), solve_exhaustive(full)
+    assert decode_choice(pruned, best_pruned) == decode_choice(full, best_full)

@@ -3,7 +3,8 @@ sequence parallelism and the interleaved pipeline schedule.
 
 Domains: tensor parallel in powers of two up to the NVLink domain (Narayanan et al. 2021
 takeaway 1: keep tensor parallelism inside a server) unless allowed across nodes; pipeline
-parallel over the divisors of the layer count (equal stages); data parallel is derived,
+parallel over the divisors of the layer count (equal stages; for serving up to 8, since a
+replica beyond 8 stages only adds latency); data parallel is derived,
 ``gpus / (tp * pp)``; virtual stages 1, 2 or 4 (Narayanan et al. 2021 section 2.2.2).
 """
 
@@ -77,7 +78,9 @@ PIPELINE_PARALLEL = Technique(
     group="key",
     description="pipeline parallel degree (equal stages)",
     parse=parse_int("pipeline_parallel", 1),
-    default_values=lambda context: divisors(context.layers),
+    default_values=lambda context: divisors(context.layers)
+    if context.kind != "infer"
+    else tuple(value for value in divisors(context.layers) if value <= 8),
     columns=lambda value: {"pipeline_parallel": value},
     decode=lambda codes: int(codes["pipeline_parallel"]),
     workloads=WORKLOADS,

@@ -39,6 +39,19 @@ TICKS_PER_BEST_STEP = 1_000_000
 """Time resolution: one tick is a millionth of the fastest conceivable step of the space,
 so rounding changes the objective by at most ~1e-6 relative (documented integer scaling)."""
 
+MAX_TABLE_ROWS = 4_000_000
+"""Largest key x item table built (about 1-2 GB of numpy temporaries at most): a bigger
+space is refused with a clear message instead of exhausting memory."""
+
+
+def check_table_size(keys: int, items: int, what: str) -> None:
+    if keys * items > MAX_TABLE_ROWS:
+        raise InputError(
+            f"the {what} search space has {keys:,} layouts x {items:,} technique combinations = {keys * items:,} rows, "
+            f"more than the {MAX_TABLE_ROWS:,} vramopt evaluates; narrow it with --max-gpus, --pin or --allow"
+        )
+
+
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision")
 ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
@@ -167,6 +180,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     if not state_values or not activation_values:
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(contexts[0], choices))
 
+    check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices)
     _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices)

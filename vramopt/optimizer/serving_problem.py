@@ -23,7 +23,7 @@ from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColum
 from vramopt.errors import InputError
 from vramopt.estimate import mig_profile_code, serving_case
 from vramopt.optimizer.domains import domain, parsed_user_choices
-from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, check_space, gpu_types
+from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, check_space, check_table_size, gpu_types
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB
 
@@ -38,7 +38,7 @@ def check_serving_workload(workload: ServingWorkload) -> None:
         raise InputError(f"max latency must be a positive number of milliseconds, got {latency!r}")
 
 
-def build_serving_problem(workload: ServingWorkload, space: SearchSpace) -> Problem:
+def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_counts: bool = True) -> Problem:
     check_space(space, workload)
     check_serving_workload(workload)
     choices = parsed_user_choices(space)
@@ -63,6 +63,9 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace) -> Prob
         )
     if not item_values:
         raise InputError("the pins and forbids leave no KV cache / slots / speculative decoding choice")
+    if prune_counts:
+        key_rows = _dominant_counts(key_rows, space.objective)
+    check_table_size(len(key_rows), len(item_values), "serving")
     names = ("gpu_index",) + SERVING_KEY_COLUMNS
     keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(names)}
 
@@ -132,6 +135,24 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace) -> Prob
         budget_mib=budget_mib, capacity_bytes=key_capacity, state=state, activation=activation, tick_s=tick_s,
         bound_ticks=bound, choices=choices, kind="infer",
     )
+
+
+def _dominant_counts(rows: list[tuple], objective: str) -> list[tuple]:
+    """Replicas are independent, so for one replica layout (GPU type, tp, pp, quantization,
+    MIG profile) every GPU count gives the same per-replica plan times the replica count,
+    and for max tokens/s the largest count dominates (its tokens/s is strictly higher for
+    every item, and a minimum of concurrent slots only gets easier). Exact
+    (tests/unit/test_serving_and_finetuning.py compares with the unpruned space). The
+    other objectives keep every count: per-GPU throughput ties across counts only up to
+    the integer rounding, and min-gpus needs the smallest count that reaches its target."""
+    if objective != "throughput":
+        return rows
+    best: dict[tuple, tuple] = {}
+    for row in rows:
+        layout = (row[0],) + row[2:]
+        if layout not in best or row[1] > best[layout][1]:
+            best[layout] = row
+    return [row for row in rows if best[(row[0],) + row[2:]] is row]
 
 
 def _keys_for_gpu(gpu_index, gpu, model, space, context, choices) -> list[tuple]:
