@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from vramopt.errors import InputError
-from vramopt.estimate import estimate_training
+from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import solve_exhaustive
 from vramopt.optimizer.problem import build_problem
 from vramopt.optimizer.search import solve_training
 from vramopt.optimizer.solve import solve_cp
-from vramopt.types import SearchSpace, TrainingWorkload
+from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 
 MODELS = ("llama-2-7b", "llama-3.1-8b", "llama-2-13b", "opt-13b", "mixtral-8x7b", "llama-3.1-70b", "gpt3-175b")
 GPUS = ("a100-40gb", "a100-80gb", "h100", "h200", "b200", "l40s", "mi300x", "rtx4090")
@@ -35,20 +35,46 @@ PIN_CHOICES = {
 }
 
 
+SERVING_PIN_CHOICES = {
+    "quantization": ("bf16", "fp8", "int4"),
+    "kv_cache_dtype": ("bf16", "fp8"),
+    "paged_kv": ("true", "false"),
+    "speculative_decoding": ("true", "false"),
+    "tensor_parallel": ("1", "2", "4"),
+    "mig_profile": ("none", "1g.10gb", "3g.40gb", "2g.20gb"),
+    "slots": ("1", "8", "64"),
+}
+
+
 @st.composite
 def requests(draw):
-    workload = TrainingWorkload(
-        model=draw(st.sampled_from(MODELS)),
-        seq_len=draw(st.sampled_from((1024, 2048, 4096))),
-        global_batch=draw(st.sampled_from((8, 16, 32, 64, 256))),
-        headroom_fraction=draw(st.sampled_from((0.0, 0.05, 0.1, 0.2, 0.3))),
-    )
-    pins = draw(st.dictionaries(st.sampled_from(sorted(PIN_CHOICES)), st.none(), max_size=2))
-    pin = {field: draw(st.sampled_from(PIN_CHOICES[field])) for field in pins}
-    forbid_field = draw(st.sampled_from((None,) + tuple(sorted(PIN_CHOICES))))
+    kind = draw(st.sampled_from(("train", "train", "finetune", "lora", "qlora", "infer", "infer")))
+    headroom = draw(st.sampled_from((0.0, 0.05, 0.1, 0.2, 0.3)))
+    if kind == "infer":
+        workload = ServingWorkload(
+            model=draw(st.sampled_from(MODELS)),
+            context=draw(st.sampled_from((1024, 2048, 4096))),
+            headroom_fraction=headroom,
+            min_slots=draw(st.sampled_from((1, 1, 16, 256))),
+            max_latency_ms=draw(st.sampled_from((None, None, 10.0, 50.0))),
+        )
+        choices = SERVING_PIN_CHOICES
+    else:
+        workload = TrainingWorkload(
+            model=draw(st.sampled_from(MODELS)),
+            seq_len=draw(st.sampled_from((1024, 2048, 4096))),
+            global_batch=draw(st.sampled_from((8, 16, 32, 64, 256))),
+            headroom_fraction=headroom,
+            kind=kind,
+            lora_rank=draw(st.sampled_from((8, 64))),
+        )
+        choices = PIN_CHOICES
+    pins = draw(st.dictionaries(st.sampled_from(sorted(choices)), st.none(), max_size=2))
+    pin = {field: draw(st.sampled_from(choices[field])) for field in pins}
+    forbid_field = draw(st.sampled_from((None,) + tuple(sorted(choices))))
     forbid = {}
     if forbid_field and forbid_field not in pin:
-        forbid = {forbid_field: (draw(st.sampled_from(PIN_CHOICES[forbid_field])),)}
+        forbid = {forbid_field: (draw(st.sampled_from(choices[forbid_field])),)}
     objective = draw(st.sampled_from(("throughput", "per-gpu", "min-gpus")))
     space = SearchSpace(
         gpus=tuple(draw(st.lists(st.sampled_from(GPUS), min_size=1, max_size=2, unique=True))),
@@ -76,7 +102,7 @@ def test_cp_sat_optimum_equals_exhaustive_optimum(request):
     problem = _problem(workload, space)
     outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
     exhaustive = solve_exhaustive(problem)
-    event("feasible" if exhaustive is not None else "infeasible")
+    event(f"{workload.kind}: {'feasible' if exhaustive is not None else 'infeasible'}")
     assert outcome.status in ("optimal", "infeasible")
     if exhaustive is None:
         assert outcome.choice is None
@@ -96,10 +122,19 @@ def test_every_returned_plan_keeps_headroom_in_floating_point(request):
     problem = _problem(workload, space)
     choice = solve_exhaustive(problem)
     assume(choice is not None)
-    estimate = estimate_training(workload, decode_choice(problem, choice))
-    memory = estimate.memory_dict()
+    plan = decode_choice(problem, choice)
+    if isinstance(workload, ServingWorkload):
+        estimate = estimate_serving(workload, plan)
+        memory = estimate.memory_dict()
+        assert memory["fits"]
+        if workload.max_latency_ms is not None:
+            assert estimate.values["latency_per_token_s"] * 1e3 <= workload.max_latency_ms
+        assert estimate.values["concurrent_slots"] >= workload.min_slots
+    else:
+        estimate = estimate_training(workload, plan)
+        memory = estimate.memory_dict()
+        assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
     assert memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
-    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
 
 
 def _best_step_time(workload, space):
@@ -143,9 +178,19 @@ def _without_timing(result) -> dict:
     return data
 
 
-@pytest.mark.parametrize("model,max_gpus", [("70b", 8), ("2t", 16), ("8b", 4), ("405b", 64)])
-def test_same_request_same_plan_with_1_and_8_workers_and_repeated_runs(model, max_gpus):
-    workload = TrainingWorkload(model=model)
+@pytest.mark.parametrize(
+    "workload,max_gpus",
+    [
+        (TrainingWorkload(model="70b"), 8),
+        (TrainingWorkload(model="2t"), 16),
+        (TrainingWorkload(model="8b"), 4),
+        (TrainingWorkload(model="405b"), 64),
+        (TrainingWorkload(model="70b", kind="qlora", seq_len=2048, global_batch=16), 2),
+        (ServingWorkload(model="70b"), 8),
+        (ServingWorkload(model="8b", max_latency_ms=15.0), 2),
+    ],
+)
+def test_same_request_same_plan_with_1_and_8_workers_and_repeated_runs(workload, max_gpus):
     answers = [
         _without_timing(solve_training(workload, SearchSpace(max_gpus=max_gpus, workers=workers)))
         for workers in (1, 8, 1, 8)
