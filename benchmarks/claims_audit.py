@@ -6,8 +6,10 @@
 The seed is /work/shared/seed-gpu-memory-optimization.txt (shared/ in the repository).
 Figures are grouped by the seed's paragraph (P1 ... P19) and numbered as in docs/claims.md.
 Every number comes from vramopt's cost model (``estimate_training``, ``evaluate_training``,
-``costs.*``) and the catalogs; nothing is typed in except the seed's own figures and the
-settings of each comparison. Decimal GB (1e9) unless a line says GiB.
+``estimate_serving``, ``solve``, ``costs.*``) and the catalogs; nothing is typed in except the
+seed's own figures and the settings of each comparison. The serving rows (17.2, 17.5, 19.x)
+reuse benchmarks/serving_claims.py, which prints the full serving tables. Decimal GB (1e9)
+unless a line says GiB.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vramopt.costs.activations import activation_shape, layer_bytes
 from vramopt.costs.coefficients import coefficient
@@ -32,6 +35,8 @@ from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.plan import encode
 from vramopt.types import TrainingPlan, TrainingWorkload
+
+import serving_claims  # noqa: E402  (benchmarks/serving_claims.py)
 
 GB = 1e9
 GIB = 2**30
@@ -140,8 +145,13 @@ def checkpointing_figures() -> None:
     shape = activation_shape(model)
     costs = {k: math.ceil(80 / k) * 2 + k * shape.total_sbh for k in (1, 2, 4, 6, 8, 12)}
     best = min(costs, key=costs.get)
+    kept = 80 * shape.total_sbh  # every layer kept whole, no checkpointing (units of s*b*h)
+    savings = {k: 1 - value / kept for k, value in costs.items()}
     line("4.5", "heuristic (budget) checkpointing: 55-75% savings, 15-22% penalty",
-         "not modelled: vramopt's every:k recomputes every layer (the full forward), so its penalty does not depend on k")
+         "differs: the solver picks k under the memory budget, but vramopt's every:k recomputes every layer's forward, so its penalty "
+         f"is full checkpointing's for every k (4.4); savings vs no checkpointing ({shape.total_sbh * 80:,.0f} s*b*h): "
+         + ", ".join(f"k={k}: {value:.1%}" for k, value in savings.items())
+         + "; partial recomputation (some layers kept whole) is not in the search space")
     line("4.6", "every 4 to 6 layers is best for Llama",
          "activation memory per micro-batch (units of s*b*h bytes) by k: "
          + ", ".join(f"k={k}: {value:.0f}" for k, value in costs.items()) + f"; minimum at k={best}; compute is the same for every k")
@@ -163,11 +173,11 @@ def precision_figures() -> None:
     line("6.1", "FP16/BF16 2 bytes, FP8 1 byte, FP4 0.5 bytes per parameter",
          ", ".join(f"{name} {BYTES_PER_ELEMENT[name]:g}" for name in ("fp32", "bf16", "fp16", "fp8", "fp4")))
     parts = {}
-    for precision in ("fp32", "bf16", "fp8"):
+    for precision in ("bf16", "fp32", "fp8"):
         values = estimate(gpus=1, precision=precision, grad_comm_precision=precision, checkpointing="every:1")
         parts[precision] = values
         total = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
-        line("7.1", "560 GB (BF16) vs 840 GB (FP32); 8.1 FP8 70+280+70 = 420 GB",
+        line({"bf16": "7.2", "fp32": "7.2", "fp8": "8.1"}[precision], "560 GB (BF16) vs 840 GB (FP32); 8.1 FP8 70+280+70 = 420 GB",
              f"{precision}: weights {gb(values['weights_bytes'])} + Adam {gb(values['optimizer_bytes'])} + gradients {gb(values['gradients_bytes'])} = {gb(total)}")
     b200 = load_gpu("b200")
     ratio = b200.peak_flops_per_s["fp8"] / b200.peak_flops_per_s["bf16"] * coefficient("fp8_utilization_ratio")
@@ -198,20 +208,20 @@ def zero_figures() -> None:
 
     print("\n## P11: ZeRO communication")
     for stage in (1, 2, 3):
-        line("11.1", "ZeRO-1 negligible, ZeRO-2 +30-50%, ZeRO-3 +200-300% communication volume vs DDP",
+        line(f"11.{stage}", "ZeRO-1 negligible, ZeRO-2 +30-50%, ZeRO-3 +200-300% communication volume vs DDP",
              f"stage {stage}: data-parallel time {stages[stage]['data_parallel_s']:.2f} s vs DDP {stages[0]['data_parallel_s']:.2f} s "
              f"(m = {stages[stage]['micro_batches']:.0f} micro-batches; ZeRO-3 moves 1.5x DDP per micro-batch)")
-    line("11.2", "ZeRO-3 on one 8-GPU NVLink node: 10% to 15%",
+    line("11.4", "ZeRO-3 on one 8-GPU NVLink node: 10% to 15%",
          f"70B 8xb200 s={SEQ} gb={GLOBAL_BATCH} b=1 every:1: ZeRO-3 vs ZeRO-2 {slowdown(stages[2], stages[3])} "
          f"(data_parallel_overlap_fraction {coefficient('data_parallel_overlap_fraction')})")
     for micro_batch in (1, 2):
         z2 = estimate(model="llama-3.1-8b", zero_stage=2, micro_batch=micro_batch, checkpointing="none")
         z3 = estimate(model="llama-3.1-8b", zero_stage=3, micro_batch=micro_batch, checkpointing="none")
-        line("11.2", "ZeRO-3 on one 8-GPU NVLink node: 10% to 15%", f"8B 8xb200 b={micro_batch} no checkpointing: {slowdown(z2, z3)}")
+        line("11.4", "ZeRO-3 on one 8-GPU NVLink node: 10% to 15%", f"8B 8xb200 b={micro_batch} no checkpointing: {slowdown(z2, z3)}")
     for micro_batch in (1, 2, 4, 8):
         z2 = estimate(gpus=16, zero_stage=2, micro_batch=micro_batch, checkpointing="every:1")
         z3 = estimate(gpus=16, zero_stage=3, micro_batch=micro_batch, checkpointing="every:1")
-        line("11.3", "ZeRO-3 across nodes with InfiniBand: 25% to 40%",
+        line("11.5", "ZeRO-3 across nodes with InfiniBand: 25% to 40%",
              f"70B 16xb200 (2 nodes, 400 Gb/s per GPU) b={micro_batch} ({micro_batch * SEQ:,} tokens per micro-batch) every:1: {slowdown(z2, z3)}")
 
 
@@ -277,39 +287,88 @@ def attention_and_composition_figures() -> None:
                  f"{plan} b={micro_batch} s={SEQ}: MFU {values['mfu']:.1%}, fits={bool(values['fits'])} "
                  f"(ceiling: base_utilization {coefficient('base_utilization')})")
 
-    print("\n## P17: the composed plan")
+    print("\n## P17: the composed plan; serving 70B on one B200")
+    line("17.1", "techniques compose multiplicatively", "step time is a sum of terms (docs/cost-model.md section 6)")
+    bf16_plan = serving_claims.ServingPlan(gpu="b200", gpus=1, quantization="bf16", kv_cache_dtype="bf16")
+    bf16_slots = serving_claims.max_slots(bf16_plan)
+    bf16_serving = serving_claims.serve(quantization="bf16", kv_cache_dtype="bf16", slots=max(bf16_slots, 1))
+    bf16_fp8kv_slots = serving_claims.max_slots(replace(bf16_plan, kv_cache_dtype="fp8"))
+    line("17.2", "a single B200 cannot run a 70B model with full BF16 weights",
+         f"bf16 weights {gb(bf16_serving.values['weights_bytes'])} on b200 (limit {gb(0.9 * b200_memory())}): "
+         f"{bf16_slots} paged bf16-KV slots of 8,192 tokens fit ({bf16_fp8kv_slots} with fp8 KV), "
+         f"{bf16_serving.tokens_per_s:,.0f} tokens/s at {bf16_slots} slots")
     combined = estimate(gpus=4, zero_stage=3, checkpointing="every:4", flash_attention=True, grad_comm_precision="fp8")
     plain = estimate(gpus=4, zero_stage=0, checkpointing="none", flash_attention=False)
-    line("17.1", "155 GB -> 43 GB per GPU (BF16, ZeRO-3 on 4, every 4 layers, flash, FP8 grad comm)",
+    line("17.3", "155 GB -> 43 GB per GPU (BF16, ZeRO-3 on 4, every 4 layers, flash, FP8 grad comm)",
          f"4xb200 s={SEQ} b=1: {gb(plain['total_bytes'])} without -> {gb(combined['total_bytes'])} with "
          f"(states {gb(combined['weights_bytes'] + combined['gradients_bytes'] + combined['optimizer_bytes'])}); fits={bool(combined['fits'])}")
     replicated = estimate(gpus=8, zero_stage=0, checkpointing="every:4")
-    line("17.2", "throughput 75% of a fully replicated 8-GPU setup",
+    line("17.4", "throughput 75% of a fully replicated 8-GPU setup",
          f"{combined['tokens_per_s']:,.0f} vs {replicated['tokens_per_s']:,.0f} tokens/s = {combined['tokens_per_s'] / replicated['tokens_per_s']:.0%} "
          f"(the replicated plan needs {gb(replicated['total_bytes'])} per GPU, fits={bool(replicated['fits'])})")
+    model = load_model(MODEL_70B)
     per_token = kv_cache_bytes_per_token(model, "bf16")
-    b200 = load_gpu("b200")
-    free = b200.memory_bytes * 0.9 - model.parameters.total * 1.0 - b200.node.framework_reserve_bytes
-    line("17.3", "vLLM FP8 on one B200, 8,192-token context: 1,200 tokens/s",
-         f"not modelled yet (issue: serving). KV cache {per_token:,.0f} B/token bf16 ({per_token / 2:,.0f} fp8); "
-         f"{free / GB:.1f} GB left after fp8 weights at 10% headroom holds {free / (8192 * per_token):.1f} bf16 "
-         f"or {free / (8192 * per_token / 2):.1f} fp8 full-context slots")
+    result = serving_claims.best(MODEL_70B, "b200", quantization="fp8")
+    chosen = result.estimate
+    plain_plan = replace(chosen.plan, speculative_decoding=False)
+    rates = {slots: serving_claims.serve(**{**serving_claims.vars_of(plain_plan), "slots": slots}) for slots in (1, 16, plain_plan.slots)}
+    crossing = next(slots for slots in range(1, plain_plan.slots + 1)
+                    if serving_claims.serve(**{**serving_claims.vars_of(plain_plan), "slots": slots}).tokens_per_s >= 1200)
+    line("17.5", "vLLM FP8 + PagedAttention on one B200, 8,192-token context: 1,200 tokens/s for 70B",
+         f"solver: {serving_claims.describe(chosen.plan)}: {chosen.tokens_per_s:,.0f} tokens/s "
+         f"({chosen.values['latency_per_token_s'] * 1e3:.1f} ms/token); without speculative decoding: "
+         + ", ".join(f"{slots} slots {value.tokens_per_s:,.0f} tokens/s ({value.values['latency_per_token_s'] * 1e3:.1f} ms/token)" for slots, value in rates.items())
+         + f"; 1,200 tokens/s is reached at {crossing} concurrent sequences. KV cache {per_token:,.0f} B/token bf16 ({per_token / 2:,.0f} fp8)")
 
     print("\n## P18: recommendations")
+    line("18.1", "avoid offload and FP8 unless VRAM headroom is below 10%",
+         "vramopt's default headroom rule is the same 10%; the solver ranks by throughput (benchmarks/seed_stack_comparison.py)")
     ideal = estimate(zero_stage=2, checkpointing="none")
     aggressive = estimate(zero_stage=3, checkpointing="every:1", precision="fp8", grad_comm_precision="fp8")
     aggressive_bf16 = estimate(zero_stage=3, checkpointing="every:1")
-    line("18.1", "FP8 + aggressive checkpointing + ZeRO-3: accept 15% to 25% less than the ideal configuration",
+    line("18.2", "FP8 + aggressive checkpointing + ZeRO-3: accept 15% to 25% less than the ideal configuration",
          f"70B 8xb200 vs bf16/ZeRO-2/no checkpointing (which does not fit, {gb(ideal['total_bytes'])}): "
          f"bf16 ZeRO-3 every:1 {aggressive_bf16['tokens_per_s'] / ideal['tokens_per_s']:.0%}, "
          f"fp8 ZeRO-3 every:1 {aggressive['tokens_per_s'] / ideal['tokens_per_s']:.0%} of its tokens/s")
-    line("18.2", "avoid offload and FP8 unless VRAM headroom is below 10%", "vramopt's default headroom rule is the same 10%")
 
-    print("\n## P19: inference")
-    for figure, claim in (("19.1", "MIG: 2x to 4x concurrent serving capacity for models under 30B"),
-                          ("19.2", "speculative decoding: 20% to 35% less compute per request"),
-                          ("19.3", "tensor-parallel inference: 5% to 15% latency overhead")):
-        line(figure, claim, "not modelled yet (issue: serving)")
+    print("\n## P19: inference (full tables: python benchmarks/serving_claims.py)")
+    for gpu_name in ("h100", "h200"):
+        rows = {}
+        for profile in ("none",) + tuple(profile.name for profile in load_gpu(gpu_name).mig_profiles):
+            found = serving_claims.best("llama-3.1-8b", gpu_name, mig_profile=profile).estimate
+            if found is not None:
+                most = serving_claims.max_slots(replace(found.plan, speculative_decoding=False), model="llama-3.1-8b")
+                rows[profile] = (most * int(round(found.values["instances_per_gpu"])), found)
+        whole_slots, whole = rows.pop("none")
+        partitioned = {name: value for name, value in rows.items() if not name.startswith("7g")}
+        line("19.1", "MIG: 2x to 4x concurrent serving capacity for models under 30B",
+             f"llama-3.1-8b on {gpu_name}, 8,192-token context: whole GPU {whole_slots} sequences, {whole.tokens_per_s:,.0f} tokens/s; "
+             + ", ".join(f"{name} x{int(round(value[1].values['instances_per_gpu']))}: {value[0]} ({value[0] / whole_slots:.2f}x), "
+                         f"{value[1].tokens_per_s:,.0f} tokens/s" for name, value in partitioned.items()))
+    case = serving_claims.serving_case(serving_claims.ServingWorkload(model=MODEL_70B), "b200")
+    alpha, gamma = case.acceptance_rate, case.speculative_tokens
+    expected = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    gains = []
+    for slots in (1, 16, plain_plan.slots):
+        off = serving_claims.serve(**{**serving_claims.vars_of(plain_plan), "slots": slots})
+        on = serving_claims.serve(**{**serving_claims.vars_of(plain_plan), "slots": slots, "speculative_decoding": True})
+        gains.append(f"{slots} slots {off.tokens_per_s:,.0f} -> {on.tokens_per_s:,.0f} tokens/s "
+                     f"(-{1 - on.values['latency_per_token_s'] / off.values['latency_per_token_s']:.0%} time per token)")
+    line("19.2", "speculative decoding: 20% to 35% less compute per request",
+         f"70B fp8 on one b200, alpha {alpha}, gamma {gamma}: {expected:.2f} tokens per target step; FLOPs per token "
+         f"{((gamma + 1) + gamma * case.draft_params_fraction) / expected:.2f}x, weight reads per token "
+         f"{(1 + gamma * case.draft_params_fraction) / expected:.2f}x; " + "; ".join(gains))
+    for tp in (2, 4, 8):
+        parts = []
+        for slots in (1, 32):
+            value = serving_claims.serve(gpu="h100", gpus=tp, tensor_parallel=tp, quantization="fp8", slots=slots).values
+            parts.append(f"{slots} slots +{value['tensor_parallel_s'] / (value['step_time_s'] - value['tensor_parallel_s']):.1%}")
+        line("19.3", "tensor-parallel inference: 5% to 15% latency overhead",
+             f"70B fp8 on h100 tp={tp}: all-reduce time over the step without it: " + ", ".join(parts))
+
+
+def b200_memory() -> float:
+    return float(load_gpu("b200").memory_bytes)
 
 
 def main() -> None:

@@ -20,10 +20,11 @@ import numpy as np
 
 from vramopt.optimizer.oracle import feasible_mask
 from vramopt.optimizer.problem import build_problem
-from vramopt.optimizer.search import solve_training
-from vramopt.types import SearchSpace, TrainingWorkload
+from vramopt.optimizer.search import solve, solve_training
+from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 
 CASES = [(model, gpus) for model in ("2t", "70b") for gpus in (16, 256, 1024, 16384)]
+SERVING_CASES = [(model, gpus) for model in ("70b", "8b") for gpus in (1, 8, 64, 256)]
 
 
 def best_time(function, repeats: int) -> tuple[float, object]:
@@ -66,6 +67,20 @@ def main() -> None:
             f"{model:>5} {gpus:>8} {problem.key_count:>6} {well_formed:>12,} {fitting:>11,} {build_s:>8.3f} {cp_s:>9.3f} {ex_s:>12.3f} "
             f"{ex_s / cp_s:>6.2f} {full_s - cp_s:>12.3f} {cp.solver.status:<8} {summary}"
         )
+    print()
+    print("serving (--workload infer, context 8192, max tokens/s)")
+    print(f"{'model':>5} {'max_gpus':>8} {'keys':>6} {'configs':>10} {'build_s':>8} {'cp_sat_s':>9} {'exhaustive_s':>12} {'ratio':>6} status   plan")
+    for model, gpus in SERVING_CASES:
+        workload, space = ServingWorkload(model=model, context=8192), SearchSpace(max_gpus=gpus, workers=1)
+        solve(workload, space, runner_up_count=0)
+        build_s, problem = best_time(lambda: build_problem(workload, space), arguments.repeats)
+        cp_s, cp = best_time(lambda: solve(workload, space, runner_up_count=0), arguments.repeats)
+        ex_s, ex = best_time(lambda: solve(workload, space, engine="exhaustive", runner_up_count=0), arguments.repeats)
+        assert cp.solver.objective_value == ex.solver.objective_value, (model, gpus)
+        plan = cp.estimate.plan if cp.estimate else None
+        summary = f"{plan.gpus}x tp{plan.tensor_parallel} {plan.quantization} kv={plan.kv_cache_dtype} slots={plan.slots} spec={plan.speculative_decoding} {cp.estimate.tokens_per_s:,.0f} tok/s" if plan else "-"
+        configs = int(problem.state.valid.sum())
+        print(f"{model:>5} {gpus:>8} {problem.key_count:>6} {configs:>10,} {build_s:>8.3f} {cp_s:>9.3f} {ex_s:>12.3f} {ex_s / cp_s:>6.2f} {cp.solver.status:<8} {summary}")
     executable = shutil.which("vramopt")
     if executable:
         command = [executable, "solve", "--model", "2t", "--max-gpus", "16"]

@@ -1,7 +1,11 @@
 """vramopt: the highest-throughput combination of GPU memory techniques under a VRAM
 headroom rule.
 
-The public API is what this module re-exports; everything else is internal. The library
+The public API is what this module re-exports; everything else is internal. For
+schedulers: ``vramopt.solve(request)``, ``vramopt.pareto(request)`` and
+``vramopt.estimate(request)`` take a request dataclass or its JSON dict (docs/api.md).
+(``vramopt.estimate`` is that function; the module of the same name is reached as
+``from vramopt.estimate import estimate_training``.) The library
 never prints and keeps no global state; results are plain dataclasses whose ``to_dict()``
 is the versioned JSON contract "vramopt/v1" (docs/json-contract.md).
 
@@ -17,11 +21,23 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from vramopt.errors import CatalogError, InfeasibleError, InputError, UnknownNameError, VramoptError
-from vramopt.estimate import estimate_training
+from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
-from vramopt.results import SCHEMA, TrainingEstimate
-from vramopt.types import SearchSpace, TrainingPlan, TrainingWorkload
+from vramopt.results import SCHEMA, ServingEstimate, TrainingEstimate
+from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
+from vramopt.api import (
+    EstimateRequest,
+    EstimateResponse,
+    ParetoRequest,
+    ParetoResponse,
+    Response,
+    SolveRequest,
+    SolveResponse,
+    pareto,
+    solve,
+)
+from vramopt.api import estimate  # noqa: E402 - the function deliberately shadows the vramopt.estimate module
 
 try:
     __version__ = _metadata.version("vramopt")
@@ -30,6 +46,20 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a sour
 
 __all__ = [
     "SCHEMA",
+    "EstimateRequest",
+    "EstimateResponse",
+    "ParetoRequest",
+    "ParetoResponse",
+    "Response",
+    "ServingEstimate",
+    "ServingPlan",
+    "ServingWorkload",
+    "SolveRequest",
+    "SolveResponse",
+    "estimate",
+    "estimate_serving",
+    "pareto",
+    "solve",
     "CatalogError",
     "InfeasibleError",
     "InputError",

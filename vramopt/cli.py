@@ -29,6 +29,7 @@ from vramopt.display import (
     models_json,
     render_gpus,
     render_models,
+    render_front,
     render_infeasible,
     render_serving,
     render_solve,
@@ -41,7 +42,10 @@ from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import all_gpus, load_gpu
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
+from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
+from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.optimizer.search import ENGINES
+from vramopt.plot import write_front_png
 from vramopt.optimizer.search import solve as solve_request
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
 from vramopt.types import PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
@@ -438,8 +442,12 @@ TIME_LIMIT = click.FloatRange(min=0.001, max=3600.0)
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
 @click.option("--engine", type=click.Choice(ENGINES), default="cp-sat", show_default=True,
               help="cp-sat, or the exhaustive reference enumerator over the same tables.")
+@click.option("--request", "request_path", type=str, default=None,
+              help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
+@click.option("--export", "export", type=(click.Choice(("deepspeed", "vllm")), str), default=None,
+              help="Also write a framework config of the plan: --export deepspeed ds.json or --export vllm vllm.json.")
 @format_option()
-def solve(output_format: str, **options: Any) -> None:
+def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, **options: Any) -> None:
     """Find the highest-throughput plan that fits every GPU with its headroom.
 
     Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel,
@@ -450,22 +458,29 @@ def solve(output_format: str, **options: Any) -> None:
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason
     and the smallest fix are printed).
     """
-    space = SearchSpace(
-        gpus=tuple(options["gpu_types"]),
-        max_gpus=options["max_gpus"],
-        whole_nodes=options["whole_nodes"],
-        allow_tp_across_nodes=options["allow_tp_across_nodes"],
-        allow_fp4=options["allow_fp4"],
-        allow=collect_choices(options["allow"], "--allow"),
-        forbid=collect_choices(options["forbid"], "--forbid"),
-        pin=collect_choices(options["pin"], "--pin", single=True),
-        objective=options["objective"],
-        min_tokens_per_s=options["min_tokens_per_s"],
-        time_limit_s=options["time_limit_s"],
-        workers=options["workers"],
-    )
-    workload = build_workload(options)
-    result = solve_request(workload, space, engine=options["engine"])
+    if request_path is not None:
+        given_flags = [name for name in options if given(name)]
+        if given_flags:
+            raise click.UsageError(f"--request carries the whole request; --{given_flags[0].replace('_', '-')} cannot be given with it")
+        request = SolveRequest.from_dict(read_json_request(request_path))
+        workload, space, engine = request.workload, request.space, request.engine
+    else:
+        space = SearchSpace(
+            gpus=tuple(options["gpu_types"]),
+            max_gpus=options["max_gpus"],
+            whole_nodes=options["whole_nodes"],
+            allow_tp_across_nodes=options["allow_tp_across_nodes"],
+            allow_fp4=options["allow_fp4"],
+            allow=collect_choices(options["allow"], "--allow"),
+            forbid=collect_choices(options["forbid"], "--forbid"),
+            pin=collect_choices(options["pin"], "--pin", single=True),
+            objective=options["objective"],
+            min_tokens_per_s=options["min_tokens_per_s"],
+            time_limit_s=options["time_limit_s"],
+            workers=options["workers"],
+        )
+        workload, engine = build_workload(options), options["engine"]
+    result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
     if result.estimate is None:
         if output_format == "json":
@@ -479,6 +494,8 @@ def solve(output_format: str, **options: Any) -> None:
         else:
             fail_line(f"no plan found within the {space.time_limit_s:g} s time limit (status {data['solver']['status']}); raise --time-limit")
         raise SystemExit(EXIT_USAGE)
+    if export is not None:
+        export_plan(data, *export)
     host_limit, nvme_limit = offload_limits(data["plan"]["gpu"]) if data["workload"] != "infer" else (None, None)
     if output_format == "csv":
         row = flatten(data)
@@ -486,6 +503,103 @@ def solve(output_format: str, **options: Any) -> None:
         emit([row], "csv")
         return
     emit(data, output_format, lambda response: render_solve(response, host_limit, nvme_limit))
+
+
+@main.command()
+@workload_options
+@click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
+              help="GPU type allowed (repeat for several).")
+@click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=64, show_default=True, help="Most GPUs a plan may use.")
+@click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True, help="Beyond one node, use whole nodes only.")
+@click.option("--allow-tp-across-nodes", is_flag=True, help="Let tensor parallelism span nodes.")
+@click.option("--allow-fp4", is_flag=True, help="Add fp4 to the precision domain.")
+@click.option("--allow", "allow", type=ChoiceListType(), multiple=True, help="Only these values for a plan field.")
+@click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True, help="Never these values.")
+@click.option("--pin", "pin", type=ChoiceListType(), multiple=True, help="Exactly this value.")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the front as CSV here (one row per plan).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
+@click.option("--verify", is_flag=True, help="Certify every front point with CP-SAT (slower).")
+@format_option()
+def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, **options: Any) -> None:
+    """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
+
+    The front is exact: it is the non-dominated subset of the whole candidate table, the
+    same integer tables the solver and its exhaustive oracle read (docs/pareto.md).
+    """
+    workload = build_workload(options)
+    space = SearchSpace(
+        gpus=tuple(options["gpu_types"]),
+        max_gpus=options["max_gpus"],
+        whole_nodes=options["whole_nodes"],
+        allow_tp_across_nodes=options["allow_tp_across_nodes"],
+        allow_fp4=options["allow_fp4"],
+        allow=collect_choices(options["allow"], "--allow"),
+        forbid=collect_choices(options["forbid"], "--forbid"),
+        pin=collect_choices(options["pin"], "--pin", single=True),
+    )
+    response = pareto_response(workload, space, verify=verify)
+    rows = front_rows_for_csv(response)
+    if output_path:
+        write_text_atomically(output_path, to_csv(rows))
+    if plot_path:
+        write_front_png(response, plot_path)
+    if output_format == "json":
+        emit(response, "json")
+    elif output_format == "csv":
+        emit(rows, "csv")
+    else:
+        click.echo(render_front(response, rows, output_path, plot_path))
+
+
+def read_json_request(path: str) -> Any:
+    """A request from a file or stdin ('-'), bounded in size, as parsed JSON."""
+    import json
+
+    try:
+        if path == "-":
+            text = click.get_text_stream("stdin").read(MAX_REQUEST_BYTES + 1)
+        else:
+            with open(path, encoding="utf-8") as stream:
+                text = stream.read(MAX_REQUEST_BYTES + 1)
+    except OSError as error:
+        raise InputError(f"cannot read the request {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"the request {path} is not UTF-8 text") from None
+    if len(text) > MAX_REQUEST_BYTES:
+        raise InputError(f"the request {path} is larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"the request {path} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+
+
+def export_plan(response: dict, target: str, path: str) -> None:
+    """Write the framework config and print its companion notes (what it cannot express)."""
+    from vramopt.exporters import export
+
+    result = export(target, response)
+    write_text_atomically(path, result.text())
+    for note in result.notes:
+        click.echo(f"note ({target}): {note}", err=True)
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """Write next to the target and rename: a failure never leaves a half-written file."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".vramopt-", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

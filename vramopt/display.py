@@ -346,6 +346,32 @@ def render_infeasible(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], csv_path: str | None, plot_path: str | None) -> str:
+    """The table view of a Pareto front: one line per plan, sorted by GPUs then tokens/s."""
+    serving = response["workload"] == "infer"
+    table_rows = []
+    for point in response["front"]:
+        plan, memory, throughput = point["plan"], point["memory"], point["throughput"]
+        if serving:
+            techniques = f"tp{plan['tensor_parallel']} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
+                f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
+        else:
+            techniques = (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
+                          f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
+        table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
+                           percent(memory["headroom_fraction"]), techniques])
+    lines = [
+        f"{response['model']['name']}: {len(rows)} non-dominated plans (tokens/s up, GPUs down, memory per GPU down); * = chosen plan",
+        table(table_rows, ["", "GPUs", "tokens/s", "GB/GPU", "free", "plan"], align="lrrrrl"),
+        f"{response['solver']['method']}; {response['solver']['wall_time_s'] * 1000:,.0f} ms",
+    ]
+    if csv_path:
+        lines.append(f"CSV written to {csv_path}")
+    if plot_path:
+        lines.append(f"plot written to {plot_path}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------
 # Catalogs
 

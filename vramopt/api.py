@@ -1,0 +1,320 @@
+"""The embedding API: requests and responses as dataclasses that round-trip through JSON.
+
+``solve(request)``, ``pareto(request)`` and ``estimate(request)`` accept a request dataclass
+or the same dict as the JSON request (docs/api.md, docs/schema/vramopt-request-v1.schema.json)
+and return a response whose ``to_dict()`` is exactly the CLI's ``--format json`` output.
+No printing, no global state (the catalogs are immutable and cached), safe to call from
+several threads, deterministic.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import copy
+import json
+import math
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from vramopt.errors import InputError
+from vramopt.results import SCHEMA
+from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS
+
+MAX_REQUEST_BYTES = 1_000_000
+"""A request is a few hundred bytes; anything above a megabyte is refused unread."""
+
+
+# ---------------------------------------------------------------------------------------
+# Strict conversion of plain JSON values into the request dataclasses
+
+
+def _fail(where: str, message: str) -> InputError:
+    return InputError(f"request {where}: {message}")
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in arguments:
+            return None
+        (inner,) = [argument for argument in arguments if argument is not type(None)]
+        return _coerce(inner, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _fail(where, f"must be true or false, got {json.dumps(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _fail(where, f"must be an integer, got {json.dumps(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _fail(where, f"must be a finite number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _fail(where, f"must be a string, got {json.dumps(value)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _fail(where, f"must be a list, got {json.dumps(value)}")
+        return tuple(_coerce(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
+    if origin in (dict, collections.abc.Mapping) or hint is Mapping:
+        if not isinstance(value, dict):
+            raise _fail(where, "must be an object")
+        value_hint = arguments[1] if len(arguments) == 2 else Any
+        return {str(key): _pin_values(item, f"{where}.{key}", value_hint) for key, item in value.items()}
+    raise _fail(where, f"has an unsupported type {hint}")
+
+
+def _pin_values(value: Any, where: str, hint: Any) -> Any:
+    """--pin takes one value, --allow/--forbid a list; numbers and booleans become text."""
+    def text(item: Any) -> str:
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, (int, float, str)) and not (isinstance(item, float) and not math.isfinite(item)):
+            return str(item)
+        raise _fail(where, f"must be a string, number or boolean, got {json.dumps(item)}")
+
+    if typing.get_origin(hint) is tuple:
+        items = value if isinstance(value, list) else [value]
+        return tuple(text(item) for item in items)
+    return text(value)
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise _fail(where, "must be an object")
+    hints = typing.get_type_hints(cls)
+    names = [item.name for item in fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise _fail(where, f"unknown field '{unknown[0]}' (known: {', '.join(names)})")
+    values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in data.items()}
+    missing = [item.name for item in fields(cls) if item.name not in values and _required(item)]
+    if missing:
+        raise _fail(where, f"missing field '{missing[0]}'")
+    return cls(**values)
+
+
+def _required(item) -> bool:
+    from dataclasses import MISSING
+
+    return item.default is MISSING and item.default_factory is MISSING
+
+
+def _plain(instance: Any) -> dict[str, Any]:
+    result = {}
+    for item in fields(instance):
+        value = getattr(instance, item.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = {key: list(entry) if isinstance(entry, tuple) else entry for key, entry in value.items()}
+        result[item.name] = value
+    return result
+
+
+def workload_from_dict(data: Any, where: str = "workload"):
+    if not isinstance(data, dict):
+        raise _fail(where, "must be an object")
+    kind = data.get("kind", "train")
+    if kind not in WORKLOADS:
+        raise _fail(f"{where}.kind", f"'{kind}' is not one of {', '.join(WORKLOADS)}")
+    return _build(ServingWorkload if kind == "infer" else TrainingWorkload, data, where)
+
+
+def _check_schema(data: Any, allowed: tuple[str, ...]) -> dict:
+    if not isinstance(data, dict):
+        raise InputError("request: must be a JSON object")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise _fail(unknown[0], f"is not a field of this request (known: {', '.join(allowed)})")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise _fail("schema", f"'{data.get('schema')}' is not supported; this vramopt reads '{SCHEMA}'")
+    if "workload" not in data:
+        raise _fail("workload", "is missing")
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class SolveRequest:
+    """Find the best plan of ``workload`` within ``space`` (``engine``: cp-sat or exhaustive)."""
+
+    workload: TrainingWorkload | ServingWorkload
+    space: SearchSpace = field(default_factory=SearchSpace)
+    engine: str = "cp-sat"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "SolveRequest":
+        data = _check_schema(data, ("schema", "workload", "space", "engine"))
+        engine = data.get("engine", "cp-sat")
+        if engine not in ("cp-sat", "exhaustive"):
+            raise _fail("engine", f"'{engine}' is not cp-sat or exhaustive")
+        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), engine)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), "engine": self.engine}
+
+
+@dataclass(frozen=True, slots=True)
+class ParetoRequest:
+    """Every non-dominated plan of ``workload`` within ``space``."""
+
+    workload: TrainingWorkload | ServingWorkload
+    space: SearchSpace = field(default_factory=SearchSpace)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "ParetoRequest":
+        data = _check_schema(data, ("schema", "workload", "space"))
+        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space)}
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateRequest:
+    """Evaluate one given ``plan`` of ``workload``."""
+
+    workload: TrainingWorkload | ServingWorkload
+    plan: TrainingPlan | ServingPlan
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "EstimateRequest":
+        data = _check_schema(data, ("schema", "workload", "plan"))
+        workload = workload_from_dict(data["workload"])
+        if "plan" not in data:
+            raise _fail("plan", "is missing")
+        plan_class = ServingPlan if isinstance(workload, ServingWorkload) else TrainingPlan
+        return cls(workload, _build(plan_class, data["plan"], "plan"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan)}
+
+
+# ---------------------------------------------------------------------------------------
+# Responses
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A v1 response: ``data`` is exactly the CLI's JSON output."""
+
+    data: Mapping[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Response":
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise InputError(f"response: not a '{SCHEMA}' object")
+        return cls(copy.deepcopy(data))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Response":
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(dict(self.data))
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.data, indent=indent, allow_nan=False)
+
+    @property
+    def plan(self) -> Mapping[str, Any] | None:
+        return self.data.get("plan")
+
+    @property
+    def feasible(self) -> bool:
+        return self.data.get("plan") is not None
+
+    def to_frame(self):
+        """One row: the plan, memory and throughput as dotted columns (pandas)."""
+        import pandas
+
+        return pandas.DataFrame([_flatten(self.data)])
+
+
+class EstimateResponse(Response):
+    __slots__ = ()
+
+
+class SolveResponse(Response):
+    __slots__ = ()
+
+    def runners_up_frame(self):
+        import pandas
+
+        rows = [{**_flatten({"plan": runner["plan"]}), "tokens_per_s": runner["tokens_per_s"],
+                 "tokens_per_s_loss_fraction": runner["tokens_per_s_loss_fraction"], "changed_field": runner["changed_field"]}
+                for runner in self.data.get("runners_up", [])]
+        return pandas.DataFrame(rows)
+
+
+class ParetoResponse(Response):
+    __slots__ = ()
+
+    @property
+    def plan(self) -> None:
+        return None
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.data.get("front"))
+
+    def to_frame(self):
+        """One row per front point (the CSV of ``vramopt pareto``)."""
+        import pandas
+
+        from vramopt.optimizer.front import front_rows_for_csv
+
+        return pandas.DataFrame(front_rows_for_csv(dict(self.data)))
+
+
+def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for section in ("plan", "memory", "throughput"):
+        for key, value in (data.get(section) or {}).items():
+            row[f"{section}.{key}"] = value
+    return row
+
+
+# ---------------------------------------------------------------------------------------
+# The three calls
+
+
+def _request(request: Any, cls: type) -> Any:
+    if isinstance(request, cls):
+        return request
+    if isinstance(request, (str, bytes)):
+        if len(request) > MAX_REQUEST_BYTES:
+            raise InputError(f"request: {len(request)} bytes, more than the {MAX_REQUEST_BYTES} allowed")
+        try:
+            request = json.loads(request)
+        except json.JSONDecodeError as error:
+            raise InputError(f"request: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    return cls.from_dict(request)
+
+
+def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
+    from vramopt.optimizer.search import solve as solve_plan
+
+    request = _request(request, SolveRequest)
+    return SolveResponse(solve_plan(request.workload, request.space, engine=request.engine).to_dict())
+
+
+def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResponse:
+    from vramopt.estimate import estimate_serving, estimate_training
+
+    request = _request(request, EstimateRequest)
+    if isinstance(request.workload, ServingWorkload):
+        return EstimateResponse(estimate_serving(request.workload, request.plan).to_dict())
+    return EstimateResponse(estimate_training(request.workload, request.plan).to_dict())
+
+
+def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:
+    from vramopt.optimizer.front import pareto_response
+
+    request = _request(request, ParetoRequest)
+    return ParetoResponse(pareto_response(request.workload, request.space))

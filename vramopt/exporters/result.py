@@ -1,0 +1,84 @@
+"""What an exporter returns, and the checks every exporter makes on the response it reads.
+
+An exporter turns one "vramopt/v1" response (``TrainingEstimate.to_dict()``,
+``ServingEstimate.to_dict()`` or ``SolveResult.to_dict()``) into a framework's own
+configuration. A plan may choose something the framework's configuration cannot say; each
+such choice becomes one line of ``notes`` instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vramopt.errors import InputError
+
+TRAINING_WORKLOADS = ("train", "finetune", "lora", "qlora")
+"""The ``workload`` values of a training response (``vramopt.types.TRAINING_KINDS``)."""
+SERVING_WORKLOAD = "infer"
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """A framework configuration made from one plan, and what it could not express."""
+
+    content: dict[str, Any]
+    """The configuration, as the framework reads it (JSON-serializable)."""
+    notes: tuple[str, ...]
+    """One line per plan choice the framework cannot express, or expresses only
+    approximately, and per value the user must fill in (placeholders)."""
+
+    def text(self) -> str:
+        """The configuration as the JSON text of its file."""
+        return json.dumps(self.content, indent=2) + "\n"
+
+    def notes_text(self) -> str:
+        """The companion message: the notes as a bulleted list."""
+        return "".join(f"- {note}\n" for note in self.notes)
+
+
+def required(mapping: Mapping[str, Any], key: str, where: str) -> Any:
+    """``mapping[key]``, or an ``InputError`` naming the missing key."""
+    if not isinstance(mapping, Mapping):
+        raise InputError(f"the response's '{where}' must be an object, got {type(mapping).__name__}")
+    if key not in mapping:
+        raise InputError(f"the response has no '{where}.{key}'" if where else f"the response has no '{key}'")
+    return mapping[key]
+
+
+def response_parts(response: Mapping[str, Any], exporter: str, accepted: tuple[str, ...]) -> tuple[str, dict, dict]:
+    """Check the response's workload and return (workload, plan, model)."""
+    if not isinstance(response, Mapping):
+        raise InputError(f"{exporter} needs a vramopt/v1 response object, got {type(response).__name__}")
+    workload = required(response, "workload", "")
+    if workload not in accepted:
+        if workload == SERVING_WORKLOAD:
+            other = "a serving response (workload 'infer'); use vllm_args for serving plans"
+        elif workload in TRAINING_WORKLOADS:
+            other = f"a training response (workload '{workload}'); use deepspeed_config for training plans"
+        else:
+            other = f"workload '{workload}'"
+        raise InputError(f"{exporter} takes workload {' or '.join(repr(name) for name in accepted)}, got {other}")
+    plan = required(response, "plan", "")
+    if plan is None:
+        raise InputError(f"{exporter}: the response has no plan (no plan fits the request), so there is nothing to export")
+    model = required(response, "model", "")
+    required(plan, "gpu", "plan")  # also checks that plan is an object
+    required(model, "name", "model")
+    return workload, dict(plan), dict(model)
+
+
+def positive_integer(plan: Mapping[str, Any], key: str) -> int:
+    value = required(plan, key, "plan")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"plan.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def one_of(plan: Mapping[str, Any], key: str, allowed: tuple[Any, ...]) -> Any:
+    value = required(plan, key, "plan")
+    if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+        raise InputError(f"plan.{key} must be one of {', '.join(repr(item) for item in allowed)}, got {value!r}")
+    return value

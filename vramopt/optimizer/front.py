@@ -1,0 +1,71 @@
+"""``pareto``: the exact front as a v1 response, each point re-evaluated in floating point."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vramopt.errors import InputError
+from vramopt.estimate import estimate_serving, estimate_training
+from vramopt.optimizer.decode import decode_choice
+from vramopt.optimizer.pareto import exact_front, verify_with_cp_sat
+from vramopt.optimizer.problem import build_problem
+from vramopt.results import SCHEMA, model_summary
+from vramopt.types import SearchSpace, ServingWorkload
+
+OBJECTIVES = ("tokens_per_s: maximize", "gpus: minimize", "memory.total_bytes (peak per GPU): minimize")
+
+
+def pareto_response(workload, space: SearchSpace, verify: bool = False) -> dict[str, Any]:
+    if space.objective != "throughput" or space.min_tokens_per_s is not None:
+        raise InputError("the Pareto front covers tokens/s, GPUs and memory at once: --objective and --min-tokens-per-s do not apply")
+    started = time.perf_counter()
+    problem = build_problem(workload, space)
+    front = exact_front(problem)
+    unconfirmed = verify_with_cp_sat(problem, front, workers=space.workers) if verify else None
+    if unconfirmed:
+        raise InputError(f"internal error: CP-SAT does not confirm {len(unconfirmed)} front points")
+    chosen = min(front, key=lambda point: (point.ticks, point.gpus, point.memory_mib, point.choice.objective[3])) if front else None
+    rows = []
+    serving = isinstance(workload, ServingWorkload)
+    for point in front:
+        plan = decode_choice(problem, point.choice)
+        estimate = estimate_serving(workload, plan) if serving else estimate_training(workload, plan)
+        if not estimate.fits:
+            raise InputError(f"internal error: front plan does not fit in floating point: {plan}")
+        response = estimate.to_dict()
+        rows.append(
+            {
+                "chosen": point is chosen,
+                "plan": response["plan"],
+                "memory": response["memory"],
+                "throughput": response["throughput"],
+            }
+        )
+    rows.sort(key=lambda row: (row["plan"]["gpus"], -row["throughput"]["tokens_per_s"], row["memory"]["total_bytes"]))
+    return {
+        "schema": SCHEMA,
+        "workload": workload.kind,
+        "model": model_summary(problem.model),
+        "objectives": list(OBJECTIVES),
+        "front": rows,
+        "solver": {
+            "method": "exact enumeration of the candidate table (the oracle's tables, group-dominance and a 3-D sweep)"
+            + ("; every point certified by CP-SAT" if verify else ""),
+            "points": len(rows),
+            "candidate_layouts": problem.key_count,
+            "wall_time_s": time.perf_counter() - started,
+        },
+    }
+
+
+def front_rows_for_csv(response: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for point in response["front"]:
+        row: dict[str, Any] = {"chosen": point["chosen"]}
+        for section in ("plan", "memory", "throughput"):
+            for key, value in point[section].items():
+                row[f"{section}.{key}"] = value
+        rows.append(row)
+    return rows
+
