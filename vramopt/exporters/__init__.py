@@ -1,0 +1,40 @@
+"""Framework configurations from a plan: DeepSpeed for training, vLLM for serving.
+
+Each exporter reads one "vramopt/v1" response (``to_dict()`` of an estimate, or a solve
+result) and returns an ``ExportResult``: the configuration (``content``, ``text()``) and
+``notes``, one line per plan choice the framework cannot express or expresses only
+approximately. A response of the wrong workload, or one missing a key, is an ``InputError``.
+
+>>> from vramopt.estimate import estimate_training
+>>> from vramopt.types import TrainingPlan, TrainingWorkload
+>>> response = estimate_training(TrainingWorkload(model="8b", seq_len=2048, global_batch=16),
+...                              TrainingPlan(gpu="h100", gpus=8, zero_stage=2)).to_dict()
+>>> export("deepspeed", response).content["zero_optimization"]["stage"]
+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vramopt.errors import InputError
+from vramopt.exporters.deepspeed import deepspeed_config
+from vramopt.exporters.result import ExportResult
+from vramopt.exporters.vllm import VllmExport, vllm_args
+
+EXPORTERS: dict[str, Callable[[Mapping[str, Any]], ExportResult]] = {
+    "deepspeed": deepspeed_config,
+    "vllm": vllm_args,
+}
+"""Target name -> exporter."""
+
+
+def export(target: str, response: Mapping[str, Any]) -> ExportResult:
+    """Export ``response`` for ``target`` ('deepspeed' or 'vllm')."""
+    if target not in EXPORTERS:
+        raise InputError(f"export target '{target}' is not one of {', '.join(EXPORTERS)}")
+    return EXPORTERS[target](response)
+
+
+__all__ = ["EXPORTERS", "ExportResult", "VllmExport", "deepspeed_config", "export", "vllm_args"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
 from vramopt.errors import InputError
-from vramopt.exporters.result import ExportResult, TRAINING_WORKLOADS, one_of, positive_integer, required, response_parts
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
 from vramopt.plan import parse_checkpointing
 from vramopt.types import PRECISIONS
 
@@ -132,7 +132,7 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     if offload == "nvme" and zero_stage < 3:
         raise InputError("plan.offload 'nvme' needs zero_stage 3 (DeepSpeed offloads parameters to NVMe only under ZeRO-3)")
 
-    notes: list[str] = []
+    notes: list[str] = fit_notes(response)
     content: dict[str, Any] = {
         # DeepSpeed's rule: train_batch_size = micro x accumulation x data-parallel world size.
         "train_batch_size": global_batch,

@@ -60,7 +60,8 @@ def response_parts(response: Mapping[str, Any], exporter: str, accepted: tuple[s
             other = f"a training response (workload '{workload}'); use deepspeed_config for training plans"
         else:
             other = f"workload '{workload}'"
-        raise InputError(f"{exporter} takes workload {' or '.join(repr(name) for name in accepted)}, got {other}")
+        wanted = ", ".join(accepted[:-1]) + f" or {accepted[-1]}" if len(accepted) > 1 else accepted[0]
+        raise InputError(f"{exporter} takes a response of workload {wanted}, got {other}")
     plan = required(response, "plan", "")
     if plan is None:
         raise InputError(f"{exporter}: the response has no plan (no plan fits the request), so there is nothing to export")
@@ -79,6 +80,25 @@ def positive_integer(plan: Mapping[str, Any], key: str) -> int:
 
 def one_of(plan: Mapping[str, Any], key: str, allowed: tuple[Any, ...]) -> Any:
     value = required(plan, key, "plan")
-    if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+    if value not in allowed or type(value) is not type(allowed[0]):  # 1 is not True, 2.0 is not 2
         raise InputError(f"plan.{key} must be one of {', '.join(repr(item) for item in allowed)}, got {value!r}")
     return value
+
+
+def fit_notes(response: Mapping[str, Any]) -> list[str]:
+    """A note for each capacity test the response says the plan fails (estimate does not refuse those)."""
+    memory = response.get("memory")
+    if not isinstance(memory, Mapping):
+        return []
+    failed = [
+        text for key, text in (
+            ("fits", "GPU memory with the required headroom"),
+            ("fits_host", "host RAM"),
+            ("fits_nvme", "NVMe"),
+        )
+        if memory.get(key) is False
+    ]
+    if not failed:
+        return []
+    return [f"this plan does not fit ({', '.join(failed)}): the exported configuration would run out of memory"]
+

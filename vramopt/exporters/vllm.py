@@ -24,7 +24,7 @@ from typing import Any
 
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase
 from vramopt.errors import InputError
-from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, one_of, positive_integer, required, response_parts
+from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
 
 QUANTIZATION_METHODS: dict[str, str | None] = {
     "bf16": None,
@@ -119,7 +119,7 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
     if on_mig and (tensor_parallel > 1 or pipeline_parallel > 1):
         raise InputError("a MIG plan serves one replica per instance: plan.tensor_parallel and plan.pipeline_parallel must be 1")
 
-    notes: list[str] = []
+    notes: list[str] = fit_notes(response)
     name = str(model["name"])
     content: dict[str, Any] = {
         "model": name,
@@ -164,16 +164,14 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         )
     capacity = memory.get("capacity_bytes")
     of_what = "the MIG instance's memory" if on_mig else "the GPU's memory"
-    size = f"; the plan's capacity is {capacity / 1e9:.1f} GB" if isinstance(capacity, (int, float)) and not isinstance(capacity, bool) else ""
+    counted = ""
+    if isinstance(capacity, (int, float)) and not isinstance(capacity, bool):
+        counted = f"; the plan counts {capacity / 1e9:.1f} GB"
     notes.append(
-        f"gpu_memory_utilization {content['gpu_memory_utilization']:g} = 1 - the required headroom: vLLM fills that share "
-        f"of {of_what} as CUDA reports it{size}, giving the KV cache everything the weights and activations leave, "
-        "more than the plan's KV cache; max_num_seqs still caps the concurrent sequences"
+        f"gpu_memory_utilization {content['gpu_memory_utilization']:g} = 1 - the required headroom: vLLM may use that "
+        f"share of {of_what} (as CUDA reports it{counted}) and gives the KV cache all that the weights and activations "
+        "leave, more than the plan's KV cache; max_num_seqs still caps the concurrent sequences"
     )
-    if int(response.get("model", {}).get("kv_heads", 0) or 0) and tensor_parallel > int(response["model"]["kv_heads"]):
-        notes.append(
-            f"tensor parallel {tensor_parallel} exceeds the {response['model']['kv_heads']} KV heads: vLLM replicates KV heads across ranks"
-        )
     notes.extend(_deployment_notes(plan, gpus, tensor_parallel, pipeline_parallel, replicas, instances_per_gpu, mig_profile))
     return VllmExport(content=content, notes=tuple(notes))
 
