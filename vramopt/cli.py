@@ -29,7 +29,9 @@ from vramopt.display import (
     models_json,
     render_gpus,
     render_models,
+    pack_rows,
     render_front,
+    render_pack,
     render_infeasible,
     render_serving,
     render_solve,
@@ -43,6 +45,8 @@ from vramopt.hardware import all_gpus, load_gpu
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
+from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_document
+from vramopt.optimizer.pack import solve_pack
 from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.optimizer.search import ENGINES
 from vramopt.plot import write_front_png
@@ -551,6 +555,28 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
         emit(rows, "csv")
     else:
         click.echo(render_front(response, rows, output_path, plot_path))
+
+
+@main.command()
+@click.option("--cluster", "cluster_path", required=True, type=str, help="Cluster inventory, JSON or TOML (docs/pack.md).")
+@click.option("--jobs", "jobs_path", required=True, type=str, help="Job queue, JSON or TOML.")
+@click.option("--running", "running_path", type=str, default=None, help="Jobs already running: their GPUs and MIG instances stay theirs.")
+@click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
+@format_option()
+def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int) -> None:
+    """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
+    admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
+    nodes = parse_cluster(read_document(cluster_path), cluster_path)
+    jobs = parse_jobs(read_document(jobs_path), jobs_path)
+    running = parse_running(read_document(running_path), nodes, running_path) if running_path else ()
+    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers)
+    if output_format == "json":
+        emit(response, "json")
+    elif output_format == "csv":
+        emit(pack_rows(response), "csv")
+    else:
+        click.echo(render_pack(response))
 
 
 def read_json_request(path: str) -> Any:

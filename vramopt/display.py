@@ -372,6 +372,51 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     return "\n".join(lines)
 
 
+def _placement_text(gpus_by_node: Mapping[str, Any]) -> str:
+    return "; ".join(f"{node}: {','.join(str(item) for item in items)}" for node, items in gpus_by_node.items())
+
+
+def _plan_brief(plan: Mapping[str, Any]) -> str:
+    if "quantization" in plan:
+        mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
+        return f"tp{plan['tensor_parallel']} {plan['quantization']} slots={plan['slots']}{mig}"
+    return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
+            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+
+
+def render_pack(response: Mapping[str, Any]) -> str:
+    rows = []
+    for placement in response["placements"]:
+        if placement["admitted"]:
+            rows.append([placement["job"], "yes", _placement_text(placement["gpus_by_node"]),
+                         f"{placement['throughput']['tokens_per_s']:,.0f}", _plan_brief(placement["plan"])])
+        else:
+            rows.append([placement["job"], "no", "-", "-", placement["reason"]])
+    summary = response["summary"]
+    solver = summary["solver"]
+    gap = "" if solver["status"] == "optimal" else f", gap {percent(solver['gap'], 2)}"
+    return "\n".join([
+        table(rows, ["job", "admitted", "GPUs (node: indices or GPU:MIG profile)", "tokens/s", "plan / reason"], align="lllrl"),
+        "",
+        f"admitted {summary['jobs_admitted']} of {summary['jobs']} jobs; GPUs used {summary['gpus_used']}, left {summary['gpus_left']}; "
+        f"weighted normalized throughput {summary['weighted_normalized_throughput']:.3f}",
+        f"solver    cp-sat: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms",
+    ])
+
+
+def pack_rows(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for placement in response["placements"]:
+        row = {"job": placement["job"], "admitted": placement["admitted"], "reason": placement["reason"],
+               "gpus_by_node": _placement_text(placement["gpus_by_node"])}
+        for section in ("plan", "memory", "throughput"):
+            for key, value in (placement[section] or {}).items():
+                row[f"{section}.{key}"] = value
+        rows.append(row)
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    return [{key: row.get(key, "") for key in keys} for row in rows]
+
+
 # ---------------------------------------------------------------------------------------
 # Catalogs
 
