@@ -318,3 +318,69 @@ def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:
 
     request = _request(request, ParetoRequest)
     return ParetoResponse(pareto_response(request.workload, request.space))
+
+
+# ---------------------------------------------------------------------------------------
+# Packing a queue of jobs onto a cluster
+
+
+@dataclass(frozen=True, slots=True)
+class PackRequest:
+    """Admit and place ``jobs`` on ``cluster`` (the same objects as the files of ``vramopt
+    pack``: {"nodes": [...]} and a list of jobs), keeping ``running`` placements."""
+
+    cluster: Mapping[str, Any]
+    jobs: tuple[Mapping[str, Any], ...]
+    running: tuple[Mapping[str, Any], ...] = ()
+    time_limit_s: float = 10.0
+    workers: int = 4
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "PackRequest":
+        data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
+                             ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers"))
+        for key in ("cluster", "jobs"):
+            if key not in data:
+                raise _fail(key, "is missing")
+        time_limit = _coerce(float, data.get("time_limit_s", 10.0), "time_limit_s")
+        workers = _coerce(int, data.get("workers", 4), "workers")
+        if not 0 < time_limit <= 3600 or not 1 <= workers <= 64:
+            raise _fail("time_limit_s", "must be in (0, 3600] seconds, and workers in 1-64")
+        if not isinstance(data["jobs"], list) or not isinstance(data.get("running", []), list):
+            raise _fail("jobs", "jobs and running must be lists")
+        return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "cluster": copy.deepcopy(dict(self.cluster)), "jobs": [dict(job) for job in self.jobs],
+                "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers}
+
+
+class PackResponse(Response):
+    __slots__ = ()
+
+    @property
+    def plan(self) -> None:
+        return None
+
+    @property
+    def feasible(self) -> bool:
+        return any(placement["admitted"] for placement in self.data["placements"])
+
+    def to_frame(self):
+        """One row per job (the CSV of ``vramopt pack``)."""
+        import pandas
+
+        from vramopt.display import pack_rows
+
+        return pandas.DataFrame(pack_rows(dict(self.data)))
+
+
+def pack(request: PackRequest | Mapping[str, Any] | str) -> PackResponse:
+    from vramopt.cluster import parse_cluster, parse_jobs, parse_running
+    from vramopt.optimizer.pack import solve_pack
+
+    request = _request(request, PackRequest)
+    nodes = parse_cluster(request.cluster)
+    jobs = parse_jobs(list(request.jobs))
+    running = parse_running(list(request.running), nodes) if request.running else ()
+    return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers))

@@ -204,3 +204,15 @@ def test_bad_pack_input_is_one_line_and_exit_2(tmp_path, cluster, jobs, fragment
     result = invoke(["pack", "--cluster", str(tmp_path / "cluster.json"), "--jobs", str(tmp_path / "jobs.json")])
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+def test_pack_api_equals_the_cli(tmp_path):
+    import vramopt
+
+    (tmp_path / "cluster.json").write_text(json.dumps(CLUSTER))
+    (tmp_path / "jobs.json").write_text(json.dumps(JOBS[:3]))
+    cli_data = json.loads(invoke(["pack", "--cluster", str(tmp_path / "cluster.json"), "--jobs", str(tmp_path / "jobs.json"), "--format", "json"]).stdout)
+    api_data = vramopt.pack({"cluster": CLUSTER, "jobs": JOBS[:3]}).to_dict()
+    for data in (cli_data, api_data):
+        data["summary"]["solver"].pop("wall_time_s")
+    assert cli_data == api_data
