@@ -94,7 +94,8 @@ _COEFFICIENTS = {
         10e-6,
         "assumption: latency of one small-message all-reduce inside an NVLink node (nccl-tests "
         "report ~10-20 us; vLLM's custom all-reduce ~5 us). With 2 all-reduces per layer it puts "
-        "the tensor-parallel decode overhead of a 70B model at 5-15% (the seed's range).",
+        "the tensor-parallel decode overhead of a 70B model at ~9-12% for tp 2 (the seed's 5-15%), "
+        "more at tp 4-8 where each GPU's share of the step shrinks (docs/claims.md).",
     ),
     "paged_kv_waste_fraction": Coefficient(
         0.04,

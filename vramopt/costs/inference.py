@@ -128,7 +128,10 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     kv_per_token = np.array([kv_cache_bytes_per_token(model, name) for name in KV_CACHE_DTYPES])[columns.kv_cache_dtype]
     average_tokens = np.ceil(case.context * case.average_context_fraction / case.kv_block_tokens) * case.kv_block_tokens
     tokens_held = np.where(columns.paged_kv == 1, average_tokens * (1.0 + coefficient("paged_kv_waste_fraction")), case.context)
-    kv_cache = slots * tokens_held * kv_per_token / shards
+    # Tensor parallelism splits the KV heads; beyond their count they are replicated
+    # (Megatron/vLLM GQA with tp > kv_heads), so the cache stops shrinking.
+    kv_shards = p * np.minimum(t, model.kv_heads if model.mla is None else t)
+    kv_cache = slots * tokens_held * kv_per_token / kv_shards
     chunk = min(case.context, case.prefill_chunk_tokens)
     matrices = 3.0 if model.gated_mlp else 2.0
     activation_width = 4.0 * model.hidden_size + matrices * model.ffn_hidden_size
@@ -143,9 +146,12 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
     compute_name = np.array(QUANTIZATION_COMPUTE)[columns.quantization]
     peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in compute_name]) * compute_share
-    flops_rate = peak * coefficient("base_utilization")
+    # The same calibrated utilization as training, with the same fp8/fp4 ratios.
+    ratio = np.array([{"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}[name]
+                      for name in compute_name])
+    flops_rate = peak * coefficient("base_utilization") * ratio
     kv_read = slots * average_tokens * kv_per_token
-    bytes_per_step = (model.params_total * weight_bytes + kv_read) / t
+    bytes_per_step = model.params_total * weight_bytes / t + kv_read / np.minimum(t, model.kv_heads if model.mla is None else t)
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
     flops_per_token = 2.0 * model.params_active + attention_flops
     speculative = columns.speculative == 1
@@ -165,7 +171,10 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         tokens_per_step = np.where(speculative, (1.0 - alpha ** (case.speculative_tokens + 1)) / (1.0 - alpha), 1.0)
         tokens_per_s = replicas * slots * tokens_per_step / step
         latency = step / tokens_per_step
-        prefill = 2.0 * model.params_active * case.context / t / flops_rate
+        # Prefill of a full-context prompt: the linear layers plus causal attention
+        # (QK^T and AV over on average half the context), compute-bound.
+        prefill_flops = 2.0 * model.params_active * case.context + 2.0 * model.layers * model.heads * model.head_dim * case.context**2
+        prefill = prefill_flops / t / flops_rate
     return {
         "weights_bytes": weights,
         "kv_cache_bytes": kv_cache,

@@ -139,6 +139,16 @@ def _serving_requirement_relaxations(workload, space: SearchSpace) -> list[Relax
 
 
 def _model_state_sentence(problem: Problem) -> str:
+    kind = getattr(problem.workload, "kind", "train")
+    if kind in ("lora", "qlora"):
+        model = problem.model
+        from vramopt.costs.lora import frozen_bytes_per_parameter
+
+        frozen = frozen_bytes_per_parameter(model, kind)
+        return (
+            f"{kind.upper()} of {model.params_total / 1e9:,.0f}B parameters keeps {format_bytes(model.params_total * frozen)} "
+            f"of frozen weights ({frozen:.2f} bytes per parameter) plus adapters and activations"
+        )
     if problem.kind == "infer":
         model = problem.model
         return f"serving {model.name} ({model.params_total / 1e9:,.0f}B parameters) with {problem.workload.context:,}-token context"
