@@ -252,7 +252,9 @@ def render_solver(solver: Mapping[str, Any]) -> str:
     gap = "" if solver["status"] == "optimal" else f", gap {percent(solver['gap'], 2)}"
     return (
         f"solver    {solver['engine']}: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms "
-        f"({solver['candidates']:,} candidate layouts after exact pruning); objective: {solver['objective']}"
+        + (f"({solver['candidates']:,} candidate layouts, all enumerated)" if solver["engine"] == "exhaustive"
+           else f"({solver['candidates']:,} candidate layouts after exact pruning)")
+        + f"; objective: {solver['objective']}"
     )
 
 
