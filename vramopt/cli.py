@@ -425,19 +425,46 @@ def collect_choices(pairs: tuple, option: str, single: bool = False) -> dict[str
 TIME_LIMIT = click.FloatRange(min=0.001, max=3600.0)
 
 
+def space_options(default_max_gpus: int) -> Callable:
+    """The search-space flags shared by `solve` and `pareto`."""
+    return apply_options(
+        [
+            click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
+                         help="GPU type allowed (repeat for several; see `vramopt gpus`)."),
+            click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=default_max_gpus, show_default=True,
+                         help="Most GPUs a plan may use."),
+            click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True,
+                         help="Beyond one node, use whole nodes only."),
+            click.option("--allow-tp-across-nodes", is_flag=True,
+                         help="Let tensor parallelism span nodes (off: TP stays in the NVLink domain)."),
+            click.option("--allow-fp4", is_flag=True, help="Add fp4 to the precision domain (experimental; off by default)."),
+            click.option("--allow", "allow", type=ChoiceListType(), multiple=True,
+                         help="Only these values for a plan field, e.g. --allow zero_stage=2,3 (replaces the default domain)."),
+            click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True,
+                         help="Never these values, e.g. --forbid offload=nvme."),
+            click.option("--pin", "pin", type=ChoiceListType(), multiple=True,
+                         help="Exactly this value, e.g. --pin tensor_parallel=8."),
+        ]
+    )
+
+
+def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
+    return SearchSpace(
+        gpus=tuple(options["gpu_types"]),
+        max_gpus=options["max_gpus"],
+        whole_nodes=options["whole_nodes"],
+        allow_tp_across_nodes=options["allow_tp_across_nodes"],
+        allow_fp4=options["allow_fp4"],
+        allow=collect_choices(options["allow"], "--allow"),
+        forbid=collect_choices(options["forbid"], "--forbid"),
+        pin=collect_choices(options["pin"], "--pin", single=True),
+        **extra,
+    )
+
+
 @main.command()
 @workload_options
-@click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
-              help="GPU type allowed (repeat for several; see `vramopt gpus`).")
-@click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=8, show_default=True, help="Most GPUs the plan may use.")
-@click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True,
-              help="Beyond one node, use whole nodes only.")
-@click.option("--allow-tp-across-nodes", is_flag=True, help="Let tensor parallelism span nodes (off: TP stays in the NVLink domain).")
-@click.option("--allow-fp4", is_flag=True, help="Add fp4 training to the precision domain (experimental; off by default).")
-@click.option("--allow", "allow", type=ChoiceListType(), multiple=True,
-              help="Only these values for a plan field, e.g. --allow zero_stage=2,3 (replaces the default domain).")
-@click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True, help="Never these values, e.g. --forbid offload=nvme.")
-@click.option("--pin", "pin", type=ChoiceListType(), multiple=True, help="Exactly this value, e.g. --pin tensor_parallel=8.")
+@space_options(default_max_gpus=8)
 @click.option("--objective", type=click.Choice(("throughput", "min-gpus", "per-gpu")), default="throughput", show_default=True,
               help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU.")
 @click.option("--min-tokens-per-s", type=click.FloatRange(min=0.0, min_open=True, max=1e15), default=None,
@@ -469,15 +496,8 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         request = SolveRequest.from_dict(read_json_request(request_path))
         workload, space, engine = request.workload, request.space, request.engine
     else:
-        space = SearchSpace(
-            gpus=tuple(options["gpu_types"]),
-            max_gpus=options["max_gpus"],
-            whole_nodes=options["whole_nodes"],
-            allow_tp_across_nodes=options["allow_tp_across_nodes"],
-            allow_fp4=options["allow_fp4"],
-            allow=collect_choices(options["allow"], "--allow"),
-            forbid=collect_choices(options["forbid"], "--forbid"),
-            pin=collect_choices(options["pin"], "--pin", single=True),
+        space = build_space(
+            options,
             objective=options["objective"],
             min_tokens_per_s=options["min_tokens_per_s"],
             time_limit_s=options["time_limit_s"],
@@ -511,15 +531,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 
 @main.command()
 @workload_options
-@click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
-              help="GPU type allowed (repeat for several).")
-@click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=64, show_default=True, help="Most GPUs a plan may use.")
-@click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True, help="Beyond one node, use whole nodes only.")
-@click.option("--allow-tp-across-nodes", is_flag=True, help="Let tensor parallelism span nodes.")
-@click.option("--allow-fp4", is_flag=True, help="Add fp4 to the precision domain.")
-@click.option("--allow", "allow", type=ChoiceListType(), multiple=True, help="Only these values for a plan field.")
-@click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True, help="Never these values.")
-@click.option("--pin", "pin", type=ChoiceListType(), multiple=True, help="Exactly this value.")
+@space_options(default_max_gpus=64)
 @click.option("--output", "output_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the front as CSV here (one row per plan).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -533,16 +545,7 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     same integer tables the solver and its exhaustive oracle read (docs/pareto.md).
     """
     workload = build_workload(options)
-    space = SearchSpace(
-        gpus=tuple(options["gpu_types"]),
-        max_gpus=options["max_gpus"],
-        whole_nodes=options["whole_nodes"],
-        allow_tp_across_nodes=options["allow_tp_across_nodes"],
-        allow_fp4=options["allow_fp4"],
-        allow=collect_choices(options["allow"], "--allow"),
-        forbid=collect_choices(options["forbid"], "--forbid"),
-        pin=collect_choices(options["pin"], "--pin", single=True),
-    )
+    space = build_space(options)
     response = pareto_response(workload, space, verify=verify)
     rows = front_rows_for_csv(response)
     if output_path:

@@ -5,17 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from tests.cli_runner import invoke
 from vramopt import cli
 
 
-def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args)
 
 
 def assert_one_line_error(result, *fragments):

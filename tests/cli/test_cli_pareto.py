@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 
 import pytest
-from click.testing import CliRunner
 
+from tests.cli_runner import invoke
 from vramopt import cli
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.pareto import exact_front, verify_with_cp_sat
@@ -15,12 +15,6 @@ from vramopt.optimizer.problem import build_problem
 from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 
-def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args)
 
 
 def read_front(path):

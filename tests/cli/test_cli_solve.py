@@ -7,19 +7,13 @@ import io
 import json
 
 import pytest
-from click.testing import CliRunner
 
+from tests.cli_runner import invoke
 from vramopt import cli
 from vramopt.optimizer.search import solve_training
 from vramopt.types import SearchSpace, TrainingWorkload
 
 
-def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args)
 
 
 def test_2t_on_16_gpus_prints_an_offloaded_plan_with_its_slowdown():

@@ -7,9 +7,9 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from click.testing import CliRunner
 
 import vramopt
+from tests.cli_runner import invoke
 from vramopt import cli
 from vramopt.api import EstimateRequest, ParetoRequest, Response, SolveRequest
 from vramopt.errors import InputError
@@ -22,12 +22,6 @@ def without_timing(data: dict) -> dict:
     return data
 
 
-def invoke(args, stdin=None):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args, input=stdin)
 
 
 REQUESTS = [

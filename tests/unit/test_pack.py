@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.cli_runner import invoke
 from vramopt import cli
 from vramopt.cluster import parse_cluster, parse_jobs, parse_running
 from vramopt.errors import InputError
@@ -158,12 +158,6 @@ def test_cp_sat_packing_equals_brute_force(instance):
     check_valid(response, nodes, job_list)
 
 
-def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args)
 
 
 def test_cli_pack_table_json_and_csv(tmp_path):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
+from tests.cli_runner import invoke
 from vramopt import cli
 from vramopt.costs.lora import adapter_parameters
 from vramopt.errors import InputError
@@ -110,12 +110,6 @@ def test_an_impossible_latency_bound_is_explained_with_a_fix():
     assert any(relaxation.change == "drop --max-latency-ms" for relaxation in result.explanation.relaxations)
 
 
-def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(cli.main, args)
 
 
 def test_cli_solve_infer_70b_on_8_gpus_is_explained():

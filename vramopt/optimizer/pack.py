@@ -385,10 +385,12 @@ def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int
         model.cp.minimize(model.gpus_used)
         solver.parameters.max_time_in_seconds = remaining
         second = solver.solve(model.cp)
-        if second in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if second == cp_model.OPTIMAL:
             assignment = _read(model, solver)
-            if second == cp_model.FEASIBLE:
-                primary_status = "feasible"
+            assignment = _canonical(model, solver, assignment, started, time_limit_s)
+        elif second == cp_model.FEASIBLE:
+            assignment = _read(model, solver)
+            primary_status = "feasible"
     return _response(jobs, nodes, options, best, assignment, primary_status, gap, value, time.perf_counter() - started)
 
 
@@ -529,6 +531,23 @@ def _first_fit(chosen: dict, options, nodes) -> tuple[dict, list]:
             nvme_free[index] -= nvme
         placed[job] = (option_index, fitting)
     return placed, unplaced
+
+
+def _canonical(model: PackModel, solver, assignment: dict, started: float, time_limit_s: float) -> dict:
+    """Among the optimal answers (several whenever nodes or options tie), the one that
+    prefers low-numbered nodes and options, found by one single-threaded search on a model
+    without hints: the same request gives the same placement on every run and worker count."""
+    gpus = int(round(solver.objective_value))
+    model.cp.add(model.gpus_used == gpus)
+    model.cp.clear_hints()
+    order = [(index + 1) * literal for index, literal in enumerate(model.placements.values())]
+    model.cp.minimize(sum(order))
+    single = cp_model.CpSolver()
+    single.parameters.num_workers = 1
+    single.parameters.max_time_in_seconds = max(time_limit_s - (time.perf_counter() - started), 0.01)
+    if single.solve(model.cp) == cp_model.OPTIMAL:
+        return _read(model, single)
+    return assignment
 
 
 def _read(model: PackModel, solver) -> dict:
