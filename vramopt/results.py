@@ -29,18 +29,10 @@ def model_summary(model: ModelSpec) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class TrainingEstimate:
-    """One training plan evaluated by the cost model (floating point)."""
+class EvaluatedPlan:
+    """What training and serving estimates share: the verdict and the headline numbers."""
 
-    case: Any = field(repr=False, compare=False)
-    """The ``costs.training.TrainingCase`` it was evaluated with."""
-    model: ModelSpec
-    plan: TrainingPlan
-    workload: TrainingWorkload
-    nodes: int
-    values: Mapping[str, float] = field(repr=False)
-    """Scalar outputs of ``costs.training.evaluate_training`` for this plan."""
+    __slots__ = ()
 
     @property
     def fits(self) -> bool:
@@ -53,6 +45,24 @@ class TrainingEstimate:
     @property
     def total_bytes(self) -> float:
         return float(self.values["total_bytes"])
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingEstimate(EvaluatedPlan):
+    """One training plan evaluated by the cost model (floating point)."""
+
+    case: Any = field(repr=False, compare=False)
+    """The ``costs.training.TrainingCase`` it was evaluated with."""
+    model: ModelSpec
+    plan: TrainingPlan
+    workload: TrainingWorkload
+    nodes: int
+    values: Mapping[str, float] = field(repr=False)
+    """Scalar outputs of ``costs.training.evaluate_training`` for this plan."""
+
 
     def plan_dict(self) -> dict[str, Any]:
         plan = asdict(self.plan)
@@ -133,12 +143,10 @@ class TrainingEstimate:
             "throughput": self.throughput_dict(),
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
 
 @dataclass(frozen=True, slots=True)
-class ServingEstimate:
+class ServingEstimate(EvaluatedPlan):
     """One serving plan evaluated by the cost model (floating point)."""
 
     case: Any = field(repr=False, compare=False)
@@ -148,17 +156,6 @@ class ServingEstimate:
     nodes: int
     values: Mapping[str, float] = field(repr=False)
 
-    @property
-    def fits(self) -> bool:
-        return bool(self.values["fits"])
-
-    @property
-    def tokens_per_s(self) -> float:
-        return float(self.values["tokens_per_s"])
-
-    @property
-    def total_bytes(self) -> float:
-        return float(self.values["total_bytes"])
 
     def plan_dict(self) -> dict[str, Any]:
         plan = self.plan
@@ -219,8 +216,6 @@ class ServingEstimate:
             "throughput": self.throughput_dict(),
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
 
 
 @dataclass(frozen=True, slots=True)
