@@ -13,7 +13,10 @@ d) tensor-parallel inference over 2-8 GPUs adds 5-15% latency (P19);
 
 and, for memory, e) the KV cache per token (vramopt's golden figures) and what paged
 allocation buys, and f) fine-tuning on one consumer GPU: QLoRA of a 70B model on the 48 GB
-RTX 6090 (the seed's GPU) and LoRA of Llama 3.1 8B on a 24 GB RTX 4090.
+RTX 6090 (the seed's GPU) and LoRA of Llama 3.1 8B on a 24 GB RTX 4090; g) what three
+details of the serving model do (docs/cost-model.md section 7): the achievable FLOP rate per
+format (fp8/fp4 utilization ratios), prefill with causal attention, and tensor parallelism
+beyond the KV heads (heads replicated, the cache stops shrinking).
 
 Every number comes from vramopt's cost model through the public API
 (``vramopt.estimate.estimate_serving``, ``vramopt.optimizer.search.solve``,
@@ -56,10 +59,10 @@ def serve(model: str = MODEL_70B, context: int = CONTEXT, **plan) -> object:
     return estimate_serving(ServingWorkload(model=model, context=context), ServingPlan(**fields))
 
 
-def best(model: str, gpu: str, max_gpus: int = 1, context: int = CONTEXT, **pins):
+def best(model: str, gpu: str, max_gpus: int = 1, context: int = CONTEXT, max_latency_ms: float | None = None, **pins):
     """The solver's best plan (max tokens/s) with the given pins, or None when none fits."""
     space = SearchSpace(gpus=(gpu,), max_gpus=max_gpus, pin={name: str(value).lower() for name, value in pins.items()})
-    return solve(ServingWorkload(model=model, context=context), space)
+    return solve(ServingWorkload(model=model, context=context, max_latency_ms=max_latency_ms), space)
 
 
 def max_slots(plan: ServingPlan, model: str = MODEL_70B, context: int = CONTEXT) -> int:
@@ -119,9 +122,12 @@ def seed_70b_on_b200() -> dict:
     print(f"  {chosen.tokens_per_s:,.0f} tokens/s, {chosen.values['latency_per_token_s'] * 1e3:.2f} ms/token; {memory_line(chosen)}")
     for runner in result.runners_up:
         print(f"  runner-up ({runner.changed_field}): {describe(runner.estimate.plan)}: {runner.estimate.tokens_per_s:,.0f} tokens/s "
-              f"({-runner.tokens_per_s_loss_fraction:+.1%})")
+              f"({-runner.tokens_per_s_loss_fraction:+.1%}), {runner.estimate.values['latency_per_token_s'] * 1e3:.2f} ms/token")
     no_speculative = best(MODEL_70B, "b200", quantization="fp8", speculative_decoding=False).estimate
     print(f"solver with speculative decoding off: {describe(no_speculative.plan)}: {no_speculative.tokens_per_s:,.0f} tokens/s")
+    bounded = best(MODEL_70B, "b200", quantization="fp8", max_latency_ms=12).estimate
+    print(f"solver with --max-latency-ms 12: {describe(bounded.plan)}: {bounded.tokens_per_s:,.0f} tokens/s "
+          f"({bounded.tokens_per_s / chosen.tokens_per_s:.1%} of the unbounded plan), {bounded.values['latency_per_token_s'] * 1e3:.2f} ms/token")
 
     base = replace(plan, speculative_decoding=False)
     crossing = next(slots for slots in range(1, plan.slots + 1) if serve(**{**vars_of(base), "slots": slots}).tokens_per_s >= SEED_TOKENS_PER_S)
@@ -147,8 +153,12 @@ def seed_70b_on_b200() -> dict:
     print(f"memory-limited batch ({plan.slots} slots): {full.tokens_per_s:,.0f} tokens/s without, "
           f"{table[(plan.slots, True)].tokens_per_s:,.0f} with speculative decoding "
           f"= {full.tokens_per_s / SEED_TOKENS_PER_S:.1f}x / {table[(plan.slots, True)].tokens_per_s / SEED_TOKENS_PER_S:.1f}x the seed's figure")
+    most_on, most_off = max_slots(plan), max_slots(base)
+    print(f"most sequences that fit: {most_on} with speculative decoding (draft weights and KV), {most_off} without "
+          f"({serve(**{**vars_of(base), 'slots': most_off}).tokens_per_s:,.0f} tokens/s); the solver's slot grid takes "
+          f"{plan.slots} and {no_speculative.plan.slots}")
     print(f"prefill of one 8,192-token prompt: {full.values['prefill_time_s']:.2f} s (not part of tokens/s)")
-    return {"plan": plan, "chosen": chosen, "no_speculative": no_speculative, "crossing": crossing, "table": table}
+    return {"plan": plan, "chosen": chosen, "no_speculative": no_speculative, "bounded": bounded, "crossing": crossing, "table": table}
 
 
 def vars_of(plan: ServingPlan) -> dict:
@@ -168,7 +178,7 @@ def mig_capacity() -> dict:
               "Per profile: the solver's best plan (max tokens/s, --pin mig_profile=...), the most sequences that fit with its formats "
               "(speculative off), and a low-traffic service of 4 sequences per instance:")
         print(f"  {'profile':>10s} {'inst':>4s} {'GB/inst':>7s} {'compute':>7s} {'HBM':>5s}  {'best plan':36s} {'concurrent':>10s} {'tokens/s':>9s} "
-              f"{'ms/token':>8s}  {'max concurrent':>14s} {'vs whole':>8s}  {'4 seq/instance: tokens/s per GPU, ms/token':s}")
+              f"{'ms/token':>8s} {'step':>7s}  {'max concurrent':>14s} {'vs whole':>8s}  {'4 seq/instance: tokens/s per GPU, ms/token':s}")
         rows = {}
         for profile in ("none",) + tuple(p.name for p in gpu.mig_profiles):
             mig = gpu.mig_profile(profile)
@@ -192,7 +202,8 @@ def mig_capacity() -> dict:
             whole = rows["none"]
             print(f"  {profile:>10s} {instances:4d} {estimate.values['capacity_bytes'] / GB:7.1f} {shares:>13s}  {label:36s} "
                   f"{int(round(estimate.values['concurrent_slots'])):10d} {estimate.tokens_per_s:9,.0f} "
-                  f"{estimate.values['latency_per_token_s'] * 1e3:8.2f}  {rows[profile]['max_concurrent']:14d} "
+                  f"{estimate.values['latency_per_token_s'] * 1e3:8.2f} {'memory' if estimate.values['memory_bound'] else 'compute':>7s}  "
+                  f"{rows[profile]['max_concurrent']:14d} "
                   f"{rows[profile]['max_concurrent'] / whole['max_concurrent']:7.2f}x  "
                   f"{instances} x 4 seq: {low.tokens_per_s:6,.0f}, {low.values['latency_per_token_s'] * 1e3:6.2f} ms")
         whole = rows["none"]
@@ -205,7 +216,7 @@ def mig_capacity() -> dict:
         print(f"  whole GPU: {whole['max_concurrent']} concurrent sequences (max), {whole['estimate'].tokens_per_s:,.0f} tokens/s (best plan). "
               f"Partitioned profiles: {min(ratios):.2f}-{max(ratios):.2f}x the sequences (best {top_slots} x{partitioned[top_slots]['instances']} = "
               f"{partitioned[top_slots]['max_concurrent']}), {min(token_ratios):.2f}-{max(token_ratios):.2f}x the tokens/s (best {top_tokens}). "
-              f"Each instance repeats {repeated / GB:.1f} GB (fp8 weights + prefill activations + framework reserve).")
+              f"Each instance repeats {repeated / GB:.1f} GB (fp8 weights + prefill activations and decode logits + framework reserve).")
         services = max(data["instances"] for data in partitioned.values())
         print(f"  isolated 8B replicas (separate services) on one GPU: up to {services} on MIG, 1 on the whole GPU")
         results[gpu_name] = {"rows": rows, "services": services, "ratios": (min(ratios), max(ratios)),
@@ -353,6 +364,47 @@ def fine_tuning_on_one_card() -> dict:
     return results
 
 
+# ---------------------------------------------------------------------------------------
+# g) What the serving model's details do: fp8 compute rate, prefill, tensor parallelism
+#    beyond the KV heads
+
+
+def model_details() -> dict:
+    print("\n## g) Compute rate per format, prefill with causal attention, tensor parallelism beyond the KV heads")
+    from vramopt.costs.coefficients import coefficient
+
+    b200 = load_gpu("b200")
+    ratios = {"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}
+    rates = {}
+    for name, ratio in ratios.items():
+        if name in b200.peak_flops_per_s:
+            rates[name] = b200.peak_flops_per_s[name] * coefficient("base_utilization") * ratio
+            print(f"  b200 {name}: peak {b200.peak_flops_per_s[name] / 1e12:,.0f} TFLOP/s x base_utilization "
+                  f"{coefficient('base_utilization')} x ratio {ratio} = {rates[name] / 1e12:,.0f} TFLOP/s achievable")
+    model = load_model(MODEL_70B)
+    prefill = {}
+    print(f"  prefill of one full-context prompt, 70B ({model.params_active / 1e9:.2f}B active), fp8 weights, one B200:")
+    for context in (8192, 32768, 131072):
+        linear = 2.0 * model.params_active * context
+        attention = 2.0 * model.layers * model.heads * model.head_dim * context**2
+        estimate = serve(context=context, quantization="fp8", kv_cache_dtype="fp8", slots=1)
+        prefill[context] = estimate.values["prefill_time_s"]
+        print(f"    {context:7,d} tokens: linear {linear / 1e15:6.2f} PFLOP + causal attention {attention / 1e15:6.2f} PFLOP "
+              f"({attention / (linear + attention):5.1%}) = {prefill[context]:6.2f} s")
+    kv = {}
+    big = load_model("llama-3.1-405b")
+    print(f"  llama-3.1-405b ({big.kv_heads} KV heads) on h100, fp8 weights and KV, 32 slots: the KV cache stops shrinking beyond "
+          f"tp = {big.kv_heads} (heads replicated)")
+    for tp in (8, 16):
+        estimate = serve(model="llama-3.1-405b", gpu="h100", gpus=tp, tensor_parallel=tp, quantization="fp8", kv_cache_dtype="fp8", slots=32)
+        values = estimate.values
+        kv[tp] = estimate
+        print(f"    tp={tp:2d}: weights {values['weights_bytes'] / GB:5.1f} + KV {values['kv_cache_bytes'] / GB:4.2f} GB per GPU "
+              f"(total {values['total_bytes'] / GB:5.1f}); {estimate.tokens_per_s:,.0f} tokens/s, "
+              f"{values['latency_per_token_s'] * 1e3:.2f} ms/token (all-reduces {values['tensor_parallel_s'] * 1e3:.1f} ms); fits={estimate.fits}")
+    return {"rates": rates, "prefill": prefill, "kv": kv}
+
+
 def main() -> None:
     print("vramopt serving and LoRA/QLoRA figures for docs/claims.md (python benchmarks/serving_claims.py)")
     a = seed_70b_on_b200()
@@ -361,6 +413,7 @@ def main() -> None:
     tensor_parallel_latency()
     kv_cache_capacity(a["plan"])
     fine_tuning_on_one_card()
+    model_details()
 
 
 if __name__ == "__main__":

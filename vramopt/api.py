@@ -13,8 +13,10 @@ import collections.abc
 import copy
 import json
 import math
+import numbers
+import reprlib
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping
 
 from vramopt.errors import InputError
@@ -33,6 +35,21 @@ def _fail(where: str, message: str) -> InputError:
     return InputError(f"request {where}: {message}")
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+
+
+def _show(value: Any) -> str:
+    """A value in an error message: as JSON when it is JSON, else a short repr (never raises)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        try:
+            text = json.dumps(value)
+        except (ValueError, OverflowError):
+            text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return _SHORT.repr(value)
+
+
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     arguments = typing.get_args(hint)
@@ -43,23 +60,23 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return _coerce(inner, value, where)
     if hint is bool:
         if not isinstance(value, bool):
-            raise _fail(where, f"must be true or false, got {json.dumps(value)}")
+            raise _fail(where, f"must be true or false, got {_show(value)}")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(where, f"must be an integer, got {json.dumps(value)}")
-        return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise _fail(where, f"must be an integer, got {_show(value)}")
+        return int(value)
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _fail(where, f"must be a finite number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise _fail(where, f"must be a finite number, got {_show(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise _fail(where, f"must be a string, got {json.dumps(value)}")
+            raise _fail(where, f"must be a string, got {_show(value)}")
         return value
     if origin is tuple:
         if not isinstance(value, list):
-            raise _fail(where, f"must be a list, got {json.dumps(value)}")
+            raise _fail(where, f"must be a list, got {_show(value)}")
         return tuple(_coerce(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
     if origin in (dict, collections.abc.Mapping) or hint is Mapping:
         if not isinstance(value, dict):
@@ -76,7 +93,7 @@ def _pin_values(value: Any, where: str, hint: Any) -> Any:
             return "true" if item else "false"
         if isinstance(item, (int, float, str)) and not (isinstance(item, float) and not math.isfinite(item)):
             return str(item)
-        raise _fail(where, f"must be a string, number or boolean, got {json.dumps(item)}")
+        raise _fail(where, f"must be a string, number or boolean, got {_show(item)}")
 
     if typing.get_origin(hint) is tuple:
         items = value if isinstance(value, list) else [value]
@@ -89,7 +106,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise _fail(where, "must be an object")
     hints = typing.get_type_hints(cls)
     names = [item.name for item in fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=str)
     if unknown:
         raise _fail(where, f"unknown field '{unknown[0]}' (known: {', '.join(names)})")
     values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in data.items()}
@@ -129,7 +146,7 @@ def workload_from_dict(data: Any, where: str = "workload"):
 def _check_schema(data: Any, allowed: tuple[str, ...]) -> dict:
     if not isinstance(data, dict):
         raise InputError("request: must be a JSON object")
-    unknown = sorted(set(data) - set(allowed))
+    unknown = sorted(set(data) - set(allowed), key=str)
     if unknown:
         raise _fail(unknown[0], f"is not a field of this request (known: {', '.join(allowed)})")
     if data.get("schema", SCHEMA) != SCHEMA:
@@ -286,15 +303,35 @@ def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _request(request: Any, cls: type) -> Any:
     if isinstance(request, cls):
-        return request
+        # A dataclass built by the caller is checked by the same strict reader as a dict.
+        return cls.from_dict(_as_request_dict(request))
     if isinstance(request, (str, bytes)):
-        if len(request) > MAX_REQUEST_BYTES:
-            raise InputError(f"request: {len(request)} bytes, more than the {MAX_REQUEST_BYTES} allowed")
+        size = len(request) if isinstance(request, bytes) or len(request) > MAX_REQUEST_BYTES else len(
+            request.encode("utf-8", "surrogatepass"))
+        if size > MAX_REQUEST_BYTES:
+            raise InputError(f"request: {size} bytes, more than the {MAX_REQUEST_BYTES} allowed")
         try:
             request = json.loads(request)
         except json.JSONDecodeError as error:
             raise InputError(f"request: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        except UnicodeDecodeError:
+            raise InputError("request: not UTF-8 text") from None
+        except RecursionError:
+            raise InputError("request: not valid JSON (nested too deeply)") from None
     return cls.from_dict(request)
+
+
+def _as_request_dict(request: Any) -> dict[str, Any]:
+    """A request dataclass as the dict its ``from_dict`` reads, values as the caller gave them."""
+    data: dict[str, Any] = {"schema": SCHEMA}
+    for item in fields(request):
+        value = getattr(request, item.name)
+        if is_dataclass(value) and not isinstance(value, type):
+            value = _plain(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        data[item.name] = value
+    return data
 
 
 def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
@@ -337,6 +374,8 @@ class PackRequest:
 
     @classmethod
     def from_dict(cls, data: Any) -> "PackRequest":
+        if isinstance(data, dict) and "workload" in data:
+            raise _fail("workload", "is not a field of a pack request (each job names its own workload)")
         data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
                              ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers"))
         for key in ("cluster", "jobs"):

@@ -30,15 +30,24 @@ def read_toml(path: Path) -> dict[str, Any]:
         size_bytes = path.stat().st_size
     except OSError as error:
         raise CatalogError(f"{path}: cannot read ({error.strerror})") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise CatalogError(f"{path!r}: cannot read ({error})") from None
     if size_bytes > MAX_CATALOG_FILE_BYTES:
         raise CatalogError(f"{path}: file is {size_bytes} bytes, more than the {MAX_CATALOG_FILE_BYTES} allowed")
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            raw = handle.read(MAX_CATALOG_FILE_BYTES + 1)  # bounded even if the file grows or is a device
+        if len(raw) > MAX_CATALOG_FILE_BYTES:
+            raise CatalogError(f"{path}: file is more than the {MAX_CATALOG_FILE_BYTES} bytes allowed")
+        return tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise CatalogError(f"{path}: not valid TOML ({error})") from None
     except UnicodeDecodeError:
         raise CatalogError(f"{path}: not UTF-8 text") from None
+    except OSError as error:  # e.g. a directory
+        raise CatalogError(f"{path}: cannot read ({error.strerror})") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: not valid TOML (nested too deeply)") from None
 
 
 class TableReader:

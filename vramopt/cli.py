@@ -49,10 +49,10 @@ from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_docum
 from vramopt.optimizer.pack import solve_pack
 from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.optimizer.search import ENGINES
-from vramopt.plot import write_front_png
+from vramopt.plot import front_png
 from vramopt.optimizer.search import solve as solve_request
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
-from vramopt.types import PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
+from vramopt.types import MAX_COUNT, PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 EXIT_USAGE = 2
 """Bad input of any kind: a usage error, a VramoptError (click uses 2 for usage errors)."""
@@ -156,7 +156,7 @@ class CheckpointingType(click.ParamType):
             self.fail(str(error), param, ctx)
 
 
-POSITIVE = click.IntRange(min=1)
+POSITIVE = click.IntRange(min=1, max=MAX_COUNT)
 
 
 # ---------------------------------------------------------------------------------------
@@ -449,15 +449,24 @@ def space_options(default_max_gpus: int) -> Callable:
 
 
 def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
+    allow = collect_choices(options["allow"], "--allow")
+    pin = collect_choices(options["pin"], "--pin", single=True)
+    gpus = tuple(options["gpu_types"])
+    if not given("gpu_types"):
+        # --allow/--pin gpu=... alone choose the GPU types searched.
+        if "gpu" in pin:
+            gpus = (pin["gpu"],)
+        elif "gpu" in allow:
+            gpus = tuple(allow["gpu"])
     return SearchSpace(
-        gpus=tuple(options["gpu_types"]),
+        gpus=gpus,
         max_gpus=options["max_gpus"],
         whole_nodes=options["whole_nodes"],
         allow_tp_across_nodes=options["allow_tp_across_nodes"],
         allow_fp4=options["allow_fp4"],
-        allow=collect_choices(options["allow"], "--allow"),
+        allow=allow,
         forbid=collect_choices(options["forbid"], "--forbid"),
-        pin=collect_choices(options["pin"], "--pin", single=True),
+        pin=pin,
         **extra,
     )
 
@@ -548,10 +557,12 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     space = build_space(options)
     response = pareto_response(workload, space, verify=verify)
     rows = front_rows_for_csv(response)
+    outputs: dict[str, str | bytes] = {}
     if output_path:
-        write_text_atomically(output_path, to_csv(rows))
+        outputs[output_path] = to_csv(rows)
     if plot_path:
-        write_front_png(response, plot_path)
+        outputs[plot_path] = front_png(response)
+    write_files_atomically(outputs)  # both or neither
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
@@ -588,20 +599,26 @@ def read_json_request(path: str) -> Any:
 
     try:
         if path == "-":
-            text = click.get_text_stream("stdin").read(MAX_REQUEST_BYTES + 1)
+            raw = click.get_binary_stream("stdin").read(MAX_REQUEST_BYTES + 1)
         else:
-            with open(path, encoding="utf-8") as stream:
-                text = stream.read(MAX_REQUEST_BYTES + 1)
+            with open(path, "rb") as stream:
+                raw = stream.read(MAX_REQUEST_BYTES + 1)
     except OSError as error:
         raise InputError(f"cannot read the request {path}: {error.strerror}") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise InputError(f"cannot read the request {path!r}: {error}") from None
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise InputError(f"the request {path} is larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"the request {path} is not UTF-8 text") from None
-    if len(text) > MAX_REQUEST_BYTES:
-        raise InputError(f"the request {path} is larger than {MAX_REQUEST_BYTES} bytes")
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"the request {path} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:
+        raise InputError(f"the request {path} is not valid JSON (nested too deeply)") from None
 
 
 def export_plan(response: dict, target: str, path: str) -> None:
@@ -616,19 +633,40 @@ def export_plan(response: dict, target: str, path: str) -> None:
 
 def write_text_atomically(path: str, text: str) -> None:
     """Write next to the target and rename: a failure never leaves a half-written file."""
+    write_files_atomically({path: text})
+
+
+def write_files_atomically(contents: Mapping[str, str | bytes]) -> None:
+    """Write every file next to its target, then rename them all: a failure leaves no
+    temporary file and no new or half-written output (text is written as UTF-8).
+    A file that cannot be written is an ``InputError`` naming it."""
     import os
     import tempfile
 
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".vramopt-", dir=directory)
+    temporaries: list[tuple[str, str]] = []
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+        for path, content in contents.items():
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            try:
+                handle, temporary = tempfile.mkstemp(prefix=".vramopt-", dir=os.path.dirname(os.path.abspath(path)))
+                temporaries.append((temporary, path))
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(data)
+                # mkstemp makes the file owner-only; give it what a plain open() would.
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(temporary, 0o666 & ~umask)
+            except OSError as error:
+                raise InputError(f"cannot write {path}: {error.strerror or error}") from None
+        for temporary, path in temporaries:
+            try:
+                os.replace(temporary, path)
+            except OSError as error:
+                raise InputError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        for temporary, _ in temporaries:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -72,6 +72,8 @@ def read_document(path: str) -> Any:
         size = file.stat().st_size
     except OSError as error:
         raise InputError(f"{path}: cannot read ({error.strerror})") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise InputError(f"{path!r}: cannot read ({error})") from None
     if size > MAX_CATALOG_FILE_BYTES:
         raise InputError(f"{path}: {size} bytes, more than the {MAX_CATALOG_FILE_BYTES} allowed")
     if file.suffix.lower() == ".toml":
@@ -80,11 +82,20 @@ def read_document(path: str) -> Any:
         except CatalogError as error:
             raise InputError(str(error)) from None
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        with file.open(encoding="utf-8") as stream:
+            text = stream.read(MAX_CATALOG_FILE_BYTES + 1)
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
+    except OSError as error:  # e.g. a directory
+        raise InputError(f"{path}: cannot read ({error.strerror})") from None
+    if len(text) > MAX_CATALOG_FILE_BYTES:  # it grew after stat, or is a pipe
+        raise InputError(f"{path}: more than the {MAX_CATALOG_FILE_BYTES} bytes allowed")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"{path}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 def _integer(value: Any, where: str, minimum: int = 0) -> int:
@@ -124,6 +135,8 @@ def _mig_geometry_ok(gpu: GpuSpec, profiles: tuple[str, ...]) -> bool:
 def parse_cluster(data: Any, source: str = "cluster") -> tuple[ClusterNode, ...]:
     if not isinstance(data, dict) or set(data) - {"nodes", "network"} or "nodes" not in data:
         raise InputError(f"{source}: must be an object with 'nodes' (and optionally 'network')")
+    if data.get("network"):
+        raise InputError(f"{source}: 'network' is not used yet (each GPU type's network bandwidth comes from the hardware catalog); remove it")
     if not isinstance(data["nodes"], list) or not data["nodes"]:
         raise InputError(f"{source}: 'nodes' must be a non-empty list")
     nodes, names = [], set()
@@ -132,7 +145,7 @@ def parse_cluster(data: Any, source: str = "cluster") -> tuple[ClusterNode, ...]
         where = f"{source}: nodes[{index}]"
         if not isinstance(item, dict):
             raise InputError(f"{where} must be an object")
-        unknown = sorted(set(item) - allowed)
+        unknown = sorted(set(item) - allowed, key=str)
         if unknown:
             raise InputError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(allowed))})")
         for key in ("name", "gpu", "gpus"):
@@ -198,7 +211,7 @@ def parse_jobs(data: Any, source: str = "jobs") -> tuple[PackJob, ...]:
         where = f"{source}: jobs[{index}]"
         if not isinstance(item, dict):
             raise InputError(f"{where} must be an object")
-        unknown = sorted(set(item) - set(JOB_FIELDS))
+        unknown = sorted(set(item) - set(JOB_FIELDS), key=str)
         if unknown:
             raise InputError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(JOB_FIELDS)})")
         for key in ("id", "model"):

@@ -126,6 +126,10 @@ def render_plan(result: Mapping[str, Any]) -> str:
         + (f" ({model['params_active'] / 1e9:.1f}B active)" if model["params_active"] != model["params_total"] else "")
         + f", {model['layers']} layers, {model['heads']} heads",
         f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} {node_word})",
+        *([f"workload  {result['workload']}" + (f": rank {result['lora']['rank']} adapters on {','.join(result['lora']['targets'])}, "
+                                                 f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
+                                                 f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
+          if result.get("workload", "train") != "train" else []),
         f"parallel  tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
         f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
         f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
@@ -235,6 +239,10 @@ def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
     )
 
 
+def _value_text(value: Any) -> str:
+    return on_off(value) if isinstance(value, bool) else str(value)
+
+
 def render_runners_up(result: Mapping[str, Any]) -> str:
     runners = result.get("runners_up") or []
     if not runners:
@@ -242,7 +250,7 @@ def render_runners_up(result: Mapping[str, Any]) -> str:
     rows = []
     for runner in runners:
         changes = ", ".join(
-            f"{field} {change['chosen']}->{change['runner_up']}" for field, change in runner["differences"].items()
+            f"{field} {_value_text(change['chosen'])}->{_value_text(change['runner_up'])}" for field, change in runner["differences"].items()
         )
         rows.append([f"{runner['tokens_per_s']:,.0f}", percent(-runner["tokens_per_s_loss_fraction"]), gb(runner["memory_total_bytes"]), changes])
     return table(rows, ["runner-up tokens/s", "vs chosen", "GB/GPU", "what changes"], align="rrrl")
@@ -275,8 +283,9 @@ def render_serving(result: Mapping[str, Any]) -> str:
     unit = f"MIG {plan['mig_profile']} instance" if plan["mig_profile"] != "none" else "GPU"
     lines = [
         f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters, {model['layers']} layers, {model['kv_heads']} KV heads",
-        f"hardware  {plan['gpus']} x {plan['gpu']}" + (f", {plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU" if plan["mig_profile"] != "none" else ""),
-        f"replicas  {plan['replicas']} (tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']}), {plan['slots']} slots each, "
+        f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} node{'' if plan['nodes'] == 1 else 's'})"
+        + (f", {plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU" if plan["mig_profile"] != "none" else ""),
+        f"replicas  {plan['replicas']} (tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']}), {plan['slots']} slot{'' if plan['slots'] == 1 else 's'} each, "
         f"{throughput['concurrent_slots']:,} concurrent sequences of up to {plan['context']:,} tokens",
         f"weights   {plan['quantization']}; KV cache {plan['kv_cache_dtype']}, {'paged' if plan['paged_kv'] else 'contiguous'}; "
         f"speculative decoding {on_off(plan['speculative_decoding'])}",
@@ -289,7 +298,13 @@ def render_serving(result: Mapping[str, Any]) -> str:
     lines.append(table(rows, [f"memory per {unit}", "GB", "% of capacity"]))
     lines.append("GB = 1e9 bytes")
     lines.append("")
-    lines.append("FITS" if memory["fits"] else f"DOES NOT FIT: {gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit")
+    if memory["fits"]:
+        lines.append(f"FITS\n  {unit} memory  ok    {gb(memory['total_bytes'])} GB <= {gb(capacity * (1 - required))} GB limit; "
+                     f"{percent(memory['headroom_fraction'])} of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
+    else:
+        lines.append(f"DOES NOT FIT\n  {unit} memory  FAIL  {gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit: "
+                     f"over by {gb(memory['total_bytes'] - capacity * (1 - required))} GB\n"
+                     "(throughput below is what this plan would reach if it fit)")
     lines.append("")
     bound = "memory-bandwidth bound" if throughput["memory_bound"] else "compute bound"
     summary = [
@@ -297,10 +312,19 @@ def render_serving(result: Mapping[str, Any]) -> str:
         ["time per output token (one sequence)", f"{throughput['latency_per_token_ms']:,.2f} ms"],
         ["decode step", f"{throughput['step_time_s'] * 1e3:,.2f} ms ({bound})"],
         ["tensor-parallel all-reduces per step", f"{throughput['tensor_parallel_s'] * 1e3:,.2f} ms"],
-        [f"prefill of a {plan['context']:,}-token prompt", f"{throughput['prefill_time_s']:,.2f} s"],
+        [f"prefill of a prompt of {plan['context']:,} tokens", f"{throughput['prefill_time_s']:,.2f} s"],
     ]
     lines.append(table(summary, ["throughput", "value"]))
     return "\n".join(lines)
+
+
+def _goal(solver: Mapping[str, Any]) -> str:
+    objective = str(solver.get("objective", ""))
+    if objective.startswith("per-gpu"):
+        return "the most tokens/s per GPU"
+    if objective.startswith("min-gpus"):
+        return "the fewest GPUs reaching the throughput target"
+    return "the most tokens/s"
 
 
 def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
@@ -308,13 +332,13 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
     memory, throughput = result["memory"], result["throughput"]
     if result["workload"] == "infer":
         why = (
-            f"why       the most output tokens/s that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
+            f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
             f"{'MIG instance' if result['plan']['mig_profile'] != 'none' else 'GPU'} free: {gb(memory['total_bytes'])} of "
             f"{gb(memory['capacity_bytes'])} GB used"
         )
         return "\n".join([render_serving(result), "", why, render_solver(result["solver"]), "", render_runners_up(result)])
     why = (
-        f"why       the highest tokens/s that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
+        f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
         f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
         f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"

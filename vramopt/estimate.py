@@ -17,7 +17,7 @@ from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.plan import check_plan, nodes_used
 from vramopt.results import ServingEstimate, TrainingEstimate
-from vramopt.types import TRAINING_KINDS, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
+from vramopt.types import MAX_COUNT, TRAINING_KINDS, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 
 def check_headroom(headroom_fraction: float) -> None:
@@ -29,8 +29,8 @@ def training_case(workload: TrainingWorkload, gpu_name: str) -> TrainingCase:
     check_headroom(workload.headroom_fraction)
     for name in ("seq_len", "global_batch"):
         value = getattr(workload, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise InputError(f"{name} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
     if workload.kind not in TRAINING_KINDS:
         raise InputError(f"workload '{workload.kind}' is not one of {', '.join(TRAINING_KINDS)} (serving uses the infer workload)")
     model = load_model(workload.model)
@@ -101,8 +101,8 @@ def serving_columns(case: ServingCase, plans) -> ServingColumns:
     for plan in plans:
         for field in ("gpus", "tensor_parallel", "pipeline_parallel", "slots"):
             value = getattr(plan, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{field} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+                raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
         if plan.quantization not in QUANTIZATIONS:
             raise InputError(f"quantization '{plan.quantization}' is not one of {', '.join(QUANTIZATIONS)}")
         if plan.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -21,7 +21,7 @@ from vramopt.costs.columns import (
 )
 from vramopt.costs.training import TrainingCase, invalid_reasons
 from vramopt.errors import InputError
-from vramopt.types import PRECISIONS, TrainingPlan
+from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
 
 
 def parse_checkpointing(text: str) -> tuple[int, int]:
@@ -38,7 +38,7 @@ def parse_checkpointing(text: str) -> tuple[int, int]:
             every = int(value.split(":", 1)[1])
         except ValueError:
             every = 0
-        if every >= 1:
+        if 1 <= every <= MAX_COUNT:
             return CHECKPOINT_EVERY, every
     raise InputError(f"checkpointing '{text}' is not one of none, selective, full, every:K (K a positive integer)")
 
@@ -74,8 +74,8 @@ def nodes_used(gpus: int, gpus_per_node: int) -> int:
 def check_sizes(plan: TrainingPlan) -> None:
     for field in ("gpus", "tensor_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
         value = getattr(plan, field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{field} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
     if plan.zero_stage not in (0, 1, 2, 3) or isinstance(plan.zero_stage, bool):
         raise InputError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     product = plan.tensor_parallel * plan.pipeline_parallel
@@ -113,6 +113,9 @@ def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
     columns = encode([plan])
     for reason, mask in invalid_reasons(case, columns).items():
         if bool(np.asarray(mask).any()):
+            if "precision" in reason:
+                raise InputError(f"{case.gpu.name} does not support {plan.precision} (its tensor cores run: "
+                                 f"{', '.join(case.gpu.peak_flops_per_s)})")
             raise InputError(f"{reason} (plan: {describe(plan)}; model {case.model.name}: "
                              f"{case.model.heads} heads, {case.model.layers} layers; GPU {case.gpu.name})")
     return columns

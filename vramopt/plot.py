@@ -1,11 +1,13 @@
 """The Pareto plot (optional: ``pip install 'vramopt[plot]'`` brings matplotlib).
 
 Tokens/s against GPUs, peak memory per GPU as colour, the chosen plan (max tokens/s, then
-fewest GPUs, then least memory) marked. Returns nothing; writes the PNG.
+fewest GPUs, then least memory) marked. ``front_png`` returns the PNG's bytes (whatever
+the file name's extension); ``write_front_png`` writes them.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any, Mapping
 
 from vramopt.errors import InputError
@@ -13,6 +15,12 @@ from vramopt.units import BYTES_PER_GB
 
 
 def write_front_png(response: Mapping[str, Any], path: str) -> None:
+    png = front_png(response)
+    with open(path, "wb") as stream:
+        stream.write(png)
+
+
+def front_png(response: Mapping[str, Any]) -> bytes:
     try:
         import matplotlib
 
@@ -47,5 +55,7 @@ def write_front_png(response: Mapping[str, Any], path: str) -> None:
     colorbar.set_label("peak memory per GPU (GB = 1e9 bytes)")
     axes.grid(True, which="major", alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
     pyplot.close(figure)
+    return buffer.getvalue()

@@ -12,6 +12,11 @@ from typing import Mapping
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp4")
 """Compute precisions of training, widest first."""
 
+MAX_COUNT = 2**31 - 1
+"""Largest value of any integer plan field or workload size (GPUs, parallel degrees,
+micro-batch, slots, tokens, sequences): the plan tables are int64 numpy arrays, and a
+larger number is a typo, not a plan (assumption: no real deployment comes near it)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MigProfile:

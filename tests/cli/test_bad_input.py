@@ -45,7 +45,7 @@ def assert_one_line_error(result, *fragments):
         (["--checkpoint", "every:0"], ["every:0"]),
         (["--checkpoint", "every:x"], ["every:x"]),
         (["--checkpoint", "every:81"], ["checkpointing every k"]),
-        (["--gpu", "a100-40gb", "--precision", "fp8"], ["does not support this precision", "a100-40gb"]),
+        (["--gpu", "a100-40gb", "--precision", "fp8"], ["a100-40gb does not support fp8"]),
         (["--precision", "fp6"], ["--precision"]),
         (["--seq-len", "200000"], ["seq_len 200000", "context of 131072"]),
         (["--seq-len", "0"], ["--seq-len"]),

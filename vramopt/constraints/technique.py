@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from vramopt.errors import InputError
-from vramopt.types import TRAINING_KINDS, WORKLOADS
+from vramopt.types import MAX_COUNT, TRAINING_KINDS, WORKLOADS
 
 GROUPS = ("key", "state", "activation")
 
@@ -68,6 +68,8 @@ def parse_int(field_name: str, minimum: int = 0) -> Callable[[str], int]:
             raise InputError(f"{field_name} value '{text}' is not an integer") from None
         if value < minimum:
             raise InputError(f"{field_name} value {value} is below {minimum}")
+        if value > MAX_COUNT:
+            raise InputError(f"{field_name} value {value} is above {MAX_COUNT:,}")
         return value
 
     return parse

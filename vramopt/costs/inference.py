@@ -130,7 +130,10 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     tokens_held = np.where(columns.paged_kv == 1, average_tokens * (1.0 + coefficient("paged_kv_waste_fraction")), case.context)
     # Tensor parallelism splits the KV heads; beyond their count they are replicated
     # (Megatron/vLLM GQA with tp > kv_heads), so the cache stops shrinking.
-    kv_shards = p * np.minimum(t, model.kv_heads if model.mla is None else t)
+    # MLA's compressed latent is one vector per token, not per head: every tensor-parallel
+    # GPU keeps all of it (vLLM replicates the MLA cache), so only pp divides it.
+    kv_split = np.minimum(t, model.kv_heads) if model.mla is None else np.ones_like(t)
+    kv_shards = p * kv_split
     kv_cache = slots * tokens_held * kv_per_token / kv_shards
     chunk = min(case.context, case.prefill_chunk_tokens)
     matrices = 3.0 if model.gated_mlp else 2.0
@@ -151,7 +154,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
                       for name in compute_name])
     flops_rate = peak * coefficient("base_utilization") * ratio
     kv_read = slots * average_tokens * kv_per_token
-    bytes_per_step = model.params_total * weight_bytes / t + kv_read / np.minimum(t, model.kv_heads if model.mla is None else t)
+    bytes_per_step = model.params_total * weight_bytes / t + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
     flops_per_token = 2.0 * model.params_active + attention_flops
     speculative = columns.speculative == 1
@@ -164,7 +167,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / (link * coefficient("collective_bandwidth_efficiency"))
         tensor_parallel_time = np.where(t > 1, 2.0 * model.layers * all_reduce, 0.0)
         target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time
-        draft_bytes = (model.params_total * case.draft_params_fraction * weight_bytes + kv_read * case.draft_kv_fraction) / t
+        draft_bytes = model.params_total * case.draft_params_fraction * weight_bytes / t + kv_read * case.draft_kv_fraction / kv_split
         draft_step = np.maximum(draft_bytes / bandwidth, slots * 2.0 * model.params_active * case.draft_params_fraction / t / flops_rate)
         step = target_step + np.where(speculative, case.speculative_tokens * draft_step, 0.0)
         alpha = case.acceptance_rate

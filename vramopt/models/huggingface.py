@@ -49,6 +49,8 @@ def _read_json(path: Path) -> dict[str, Any]:
             raw = handle.read(MAX_CONFIG_FILE_BYTES + 1)
     except OSError as error:
         raise CatalogError(f"{path}: cannot read ({error.strerror or error})") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise CatalogError(f"{path!r}: cannot read ({error})") from None
     if len(raw) > MAX_CONFIG_FILE_BYTES:
         raise CatalogError(f"{path}: file is larger than the {MAX_CONFIG_FILE_BYTES} bytes allowed for a config.json")
 
@@ -62,6 +64,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     except ValueError as error:  # json.JSONDecodeError is a ValueError
         message = str(error).splitlines()[0]
         raise CatalogError(f"{path}: not valid JSON ({message})") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: the top level must be a JSON object, got {type(data).__name__}")
     return data

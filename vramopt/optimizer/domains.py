@@ -7,9 +7,9 @@ Every key and value is checked: a typo is an error, never silently ignored.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Mapping
 
-from vramopt.catalog_files import suggest
 from vramopt.constraints import registry
 from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
@@ -19,10 +19,23 @@ from vramopt.types import SearchSpace
 PINNABLE_FIELDS = tuple(technique.field for technique in registry.TECHNIQUES)
 
 
+SHORT_NAMES = {
+    "tp": "tensor_parallel", "pp": "pipeline_parallel", "dp": "data_parallel", "sp": "sequence_parallel",
+    "zero": "zero_stage", "ckpt": "checkpointing", "checkpoint": "checkpointing", "flash": "flash_attention",
+    "mb": "micro_batch", "quant": "quantization", "kv_dtype": "kv_cache_dtype", "mig": "mig_profile",
+    "speculative": "speculative_decoding", "vv": "virtual_stages",
+}
+"""Common short names, answered with the plan field's real name (pins use the JSON names)."""
+
+
 def _check_field(field: str) -> None:
-    if field not in registry.BY_FIELD:
-        error = suggest(field, PINNABLE_FIELDS, "plan field")
-        raise InputError(str(error))
+    if field in registry.BY_FIELD:
+        return
+    if field in SHORT_NAMES:
+        raise InputError(f"unknown plan field '{field}'; did you mean {SHORT_NAMES[field]}?")
+    close = difflib.get_close_matches(field.lower(), PINNABLE_FIELDS, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"the plan fields are: {', '.join(PINNABLE_FIELDS)}"
+    raise InputError(f"unknown plan field '{field}'; {hint}")
 
 
 def _parse_values(field: str, values) -> tuple:

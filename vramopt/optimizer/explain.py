@@ -76,9 +76,20 @@ def _relaxations(problem: Problem, workload, space: SearchSpace) -> list[Relaxat
     while space.max_gpus * factor <= MAX_GPUS_TRIED:
         bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor))
         if bigger is not None:
-            feasible_gpus = bigger.keys["gpus"][lower_bounds(bigger) < UNREACHABLE]
-            smallest = int(feasible_gpus.min())
-            found.append(Relaxation(f"--max-gpus {smallest}", f"the smallest GPU count with a plan that fits is {smallest}"))
+            if space.objective == "min-gpus":
+                # The exhaustive optimum of min-gpus is exactly the smallest count that fits
+                # and reaches the target (a lower bound could be optimistic here).
+                best = solve_exhaustive(bigger)
+                if best is None:
+                    factor *= 2
+                    continue
+                smallest = int(bigger.keys["gpus"][best.key])
+                detail = f"the smallest GPU count whose best plan fits and reaches {space.min_tokens_per_s:,.0f} tokens/s is {smallest}"
+            else:
+                # For the other objectives a key is feasible exactly when its leanest items fit.
+                smallest = int(bigger.keys["gpus"][lower_bounds(bigger) < UNREACHABLE].min())
+                detail = f"the smallest GPU count with a plan that fits is {smallest}"
+            found.append(Relaxation(f"--max-gpus {smallest}", detail))
             break
         factor *= 2
     choices = problem.choices
@@ -146,7 +157,7 @@ def _model_state_sentence(problem: Problem) -> str:
 
         frozen = frozen_bytes_per_parameter(model, kind)
         return (
-            f"{kind.upper()} of {model.params_total / 1e9:,.0f}B parameters keeps {format_bytes(model.params_total * frozen)} "
+            f"{ {'lora': 'LoRA', 'qlora': 'QLoRA'}[kind]} of {model.params_total / 1e9:,.1f}B parameters keeps {format_bytes(model.params_total * frozen)} "
             f"of frozen weights ({frozen:.2f} bytes per parameter) plus adapters and activations"
         )
     if problem.kind == "infer":

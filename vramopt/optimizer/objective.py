@@ -38,6 +38,12 @@ def rank_of(problem, key, state_item, activation_item):
     return (np.asarray(key, dtype=np.int64) * state_count + state_item) * activation_count + activation_item
 
 
-def primary_name(problem) -> str:
-    time = "seconds_per_output_token_ticks" if problem.kind == "infer" else "step_ticks"
-    return {"throughput": time, "per-gpu": f"gpus_x_{time}", "min-gpus": "gpus"}[problem.space.objective]
+def describe(problem) -> str:
+    """The lexicographic objective in words, for reports."""
+    space = problem.space
+    if space.objective == "throughput":
+        return "throughput: max tokens/s, then fewer GPUs, more headroom, a fixed order of choices"
+    if space.objective == "per-gpu":
+        return "per-gpu: max tokens/s per GPU, then fewer GPUs, more headroom, a fixed order of choices"
+    return (f"min-gpus: fewest GPUs reaching {space.min_tokens_per_s:,.0f} tokens/s, then max tokens/s, more headroom, "
+            "a fixed order of choices")

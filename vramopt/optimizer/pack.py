@@ -118,8 +118,22 @@ def _offload_bytes(response: dict) -> tuple[float, float]:
 
 
 def _space(job: PackJob, gpu: str, max_gpus: int, pin: dict | None = None) -> SearchSpace:
-    return SearchSpace(gpus=(gpu,), max_gpus=max_gpus, pin={**job.pin, **(pin or {})}, allow=dict(job.allow),
-                       forbid=dict(job.forbid), workers=1)
+    """The job's search space on one GPU type (its 'gpu' choices decide which types it
+    is searched on at all, see ``_allowed_gpu``)."""
+    without_gpu = lambda choices: {key: value for key, value in choices.items() if key != "gpu"}  # noqa: E731
+    return SearchSpace(gpus=(gpu,), max_gpus=max_gpus, pin={**without_gpu(job.pin), **(pin or {})},
+                       allow=without_gpu(job.allow), forbid=without_gpu(job.forbid), workers=1)
+
+
+def _allowed_gpu(job: PackJob, gpu_name: str) -> bool:
+    from vramopt.hardware import load_gpu
+
+    names = lambda values: {load_gpu(value).name for value in values}  # noqa: E731
+    if "gpu" in job.pin and gpu_name not in names([job.pin["gpu"]]):
+        return False
+    if "gpu" in job.allow and gpu_name not in names(job.allow["gpu"]):
+        return False
+    return gpu_name not in names(job.forbid.get("gpu", ()))
 
 
 def _whole_gpu_options(index: int, job: PackJob, gpu_name: str, nodes: list[ClusterNode], cache: dict) -> list[Option]:
@@ -220,6 +234,8 @@ def job_options(jobs, nodes) -> tuple[list[list[Option]], list[float]]:
     for index, job in enumerate(jobs):
         options: list[Option] = []
         for gpu_name, typed_nodes in sorted(by_type.items()):
+            if not _allowed_gpu(job, gpu_name):
+                continue
             options.extend(_whole_gpu_options(index, job, gpu_name, typed_nodes, cache))
             options.extend(_mig_options(index, job, gpu_name, typed_nodes, cache))
         best.append(max((option.tokens_per_s for option in options), default=0.0))
@@ -571,11 +587,10 @@ def _response(jobs, nodes, options, best, assignment, status, gap, value, wall_t
                         if profile != TAKEN]
                 for index, node in enumerate(nodes)}
     placements = []
-    used_gpus = 0
+    used_gpus = used_instances = 0
     for job_index, job in enumerate(jobs):
         if job_index not in assignment:
-            placements.append({"job": job.id, "admitted": False, "reason": _reason(job, options[job_index], nodes, best[job_index]),
-                               "gpus_by_node": {}, "plan": None, "memory": None, "throughput": None})
+            placements.append(None)
             continue
         option_index, node_indices = assignment[job_index]
         option = options[job_index][option_index]
@@ -586,6 +601,7 @@ def _response(jobs, nodes, options, best, assignment, status, gap, value, wall_t
                 for item in taken:
                     free_mig[node_index].remove(item)
                 gpus_by_node[nodes[node_index].name] = [f"{gpu}:{profile}#{slot}" for gpu, slot, profile in taken]
+                used_instances += len(taken)
             else:
                 count = option.gpus // option.nodes
                 taken = free[node_index][:count]
@@ -596,7 +612,16 @@ def _response(jobs, nodes, options, best, assignment, status, gap, value, wall_t
                            "reason": f"normalized throughput {option.tokens_per_s / best[job_index]:.3f} of its best alone, weight {job.weight:g}",
                            "gpus_by_node": gpus_by_node, "plan": option.response["plan"], "memory": option.response["memory"],
                            "throughput": option.response["throughput"]})
+    # Reasons for the jobs left out, against what is still free after the admitted ones.
+    left = [replace(node, free_gpus=tuple(free[index]),
+                    mig={gpu: tuple(profile for g, _, profile in free_mig[index] if g == gpu) for gpu in node.mig})
+            for index, node in enumerate(nodes)]
+    for job_index, job in enumerate(jobs):
+        if placements[job_index] is None:
+            placements[job_index] = {"job": job.id, "admitted": False, "reason": _reason(job, options[job_index], left, best[job_index]),
+                                     "gpus_by_node": {}, "plan": None, "memory": None, "throughput": None}
     total_free = sum(len(node.free_gpus) for node in nodes)
+    total_instances = sum(1 for node in nodes for profiles in node.mig.values() for profile in profiles if profile != TAKEN)
     return {
         "schema": SCHEMA,
         "placements": placements,
@@ -605,6 +630,8 @@ def _response(jobs, nodes, options, best, assignment, status, gap, value, wall_t
             "jobs": len(jobs),
             "gpus_used": used_gpus,
             "gpus_left": total_free - used_gpus,
+            "mig_instances_used": used_instances,
+            "mig_instances_left": total_instances - used_instances,
             "weighted_normalized_throughput": value / VALUE_SCALE,
             "solver": {"engine": "cp-sat", "status": status, "gap": gap, "wall_time_s": wall_time_s},
         },
@@ -621,10 +648,17 @@ def _reason(job: PackJob, options: list[Option], nodes, best: float) -> str:
     typed = [node for node in nodes if node.gpu.name == smallest.gpu]
     if smallest.mig_profile is not None:
         most = max(sum(profiles.count(smallest.mig_profile) for profiles in node.mig.values()) for node in typed)
-        return f"needs {smallest.instances} free {smallest.mig_profile} MIG instance(s) on one node; the others went to higher-value jobs (most free on one node: {most})"
+        return (f"its smallest plan needs {_count(smallest.instances, 'free ' + smallest.mig_profile + ' MIG instance')} on one node; "
+                f"after the admitted jobs the most left on one node is {most}")
     most = max(len(node.free_gpus) for node in typed)
-    return (f"needs {smallest.gpus} whole {smallest.gpu} GPUs on one node at least; the most free on one node is {most}, "
-            "and the free GPUs went to jobs of higher weighted throughput")
+    need = _count(smallest.gpus, "whole " + smallest.gpu)
+    where = "on one node" if smallest.nodes == 1 else f"as {smallest.nodes} free whole nodes"
+    return (f"its smallest plan needs {need} {where}; after the admitted jobs (higher weighted throughput) "
+            f"the most left on one node is {most}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def brute_force(jobs, nodes, options, best) -> tuple[int, int] | None:

@@ -32,7 +32,7 @@ from vramopt.estimate import check_headroom, training_case
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.optimizer.domains import domain, grad_comm_domain, parsed_user_choices
-from vramopt.types import OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
+from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB
 
 TICKS_PER_BEST_STEP = 1_000_000
@@ -50,6 +50,20 @@ def check_table_size(keys: int, items: int, what: str) -> None:
             f"the {what} search space has {keys:,} layouts x {items:,} technique combinations = {keys * items:,} rows, "
             f"more than the {MAX_TABLE_ROWS:,} vramopt evaluates; narrow it with --max-gpus, --pin or --allow"
         )
+
+
+MAX_WORKERS = 64
+"""Most CP-SAT worker threads a request may ask for (the CLI's --workers range)."""
+
+MAX_BOUND_TICKS = 2**62
+"""min-gpus: a step-time bound above this many ticks constrains nothing (a tiny
+--min-tokens-per-s); it is capped here so that it stays an int64 for CP-SAT."""
+
+
+def bound_in_ticks(bound_s: float, tick_s: float) -> int:
+    """The min-gpus step-time bound in whole ticks (rounded down: never looser than asked)."""
+    ticks = bound_s / tick_s
+    return MAX_BOUND_TICKS if not math.isfinite(ticks) or ticks >= MAX_BOUND_TICKS else int(math.floor(ticks))
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
@@ -127,12 +141,16 @@ def check_space(space: SearchSpace, workload) -> None:
     if isinstance(workload, TrainingWorkload):
         sizes += [("seq_len", workload.seq_len), ("global_batch", workload.global_batch)]
     for name, value in sizes:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise InputError(f"{name} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
+    if space.workers > MAX_WORKERS:
+        raise InputError(f"workers {space.workers} is above the supported {MAX_WORKERS}")
     if space.max_gpus > 1_048_576:
         raise InputError(f"max_gpus {space.max_gpus} is above the supported 1,048,576")
-    if not (isinstance(space.time_limit_s, (int, float)) and math.isfinite(space.time_limit_s) and space.time_limit_s > 0):
-        raise InputError(f"time limit must be a positive number of seconds, got {space.time_limit_s!r}")
+    if not (isinstance(space.time_limit_s, (int, float)) and math.isfinite(space.time_limit_s) and 0 < space.time_limit_s <= 3600):
+        raise InputError(f"time limit must be a number of seconds in (0, 3600], got {space.time_limit_s!r}")
+    if space.workers > 64:
+        raise InputError(f"workers must be at most 64, got {space.workers}")
     if space.objective not in OBJECTIVES:
         raise InputError(f"objective '{space.objective}' is not one of {', '.join(OBJECTIVES)}")
     if space.objective == "min-gpus":
@@ -195,7 +213,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     bound = None
     if space.objective == "min-gpus":
         bound_s = workload.global_batch * workload.seq_len / space.min_tokens_per_s
-        bound = int(math.floor(bound_s / tick_s))
+        bound = bound_in_ticks(bound_s, tick_s)
     return Problem(
         workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
         budget_mib=budget_mib, capacity_bytes=capacity, state=state, activation=activation, tick_s=tick_s,
@@ -204,17 +222,27 @@ def build_problem(workload, space: SearchSpace) -> Problem:
 
 
 def gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
-    names = list(space.gpus)
-    if "gpu" in choices["allow"]:
-        names = list(choices["allow"]["gpu"])
-    if "gpu" in choices["pin"]:
-        names = list(choices["pin"]["gpu"])
-    resolved: list[GpuSpec] = []
-    forbidden = {load_gpu(name).name for name in choices["forbid"].get("gpu", ())}
-    for name in names:
+    """The GPU types searched: the space's list, narrowed by allow/pin/forbid on 'gpu'.
+
+    A GPU named in allow or pin but not in the space's list is an error, not a silent
+    widening (the CLI fills --gpu from --allow/--pin gpu when --gpu is not given)."""
+    searched: list[GpuSpec] = []
+    for name in space.gpus:
         gpu = load_gpu(name)
-        if gpu.name not in forbidden and gpu not in resolved:
-            resolved.append(gpu)
+        if gpu not in searched:
+            searched.append(gpu)
+    for kind in ("allow", "pin"):
+        if "gpu" in choices[kind]:
+            wanted = {load_gpu(name).name for name in choices[kind]["gpu"]}
+            outside = sorted(wanted - {gpu.name for gpu in searched})
+            if outside:
+                raise InputError(
+                    f"--{kind} gpu={','.join(outside)} names a GPU type outside the searched ones "
+                    f"({', '.join(gpu.name for gpu in searched)}); add it with --gpu"
+                )
+            searched = [gpu for gpu in searched if gpu.name in wanted]
+    forbidden = {load_gpu(name).name for name in choices["forbid"].get("gpu", ())}
+    resolved = [gpu for gpu in searched if gpu.name not in forbidden]
     if not resolved:
         raise InputError("no GPU type left after --forbid gpu=...")
     return tuple(resolved)

@@ -57,6 +57,10 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
         choice = best_in_keys_by_bound(masked, keys, lower)
         if choice is None:
             continue
+        if choice.objective[:3] == chosen.objective[:3]:
+            # Same speed, GPUs and memory: a setting that changes nothing (e.g. selective
+            # recomputation under flash attention, or a MIG profile spanning the GPU).
+            continue
         identity = (choice.key, choice.state_item, choice.activation_item)
         if identity not in found or choice.objective < found[identity][1].objective:
             found[identity] = (field, choice)

@@ -13,7 +13,7 @@ from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice, plan_values
 from vramopt.optimizer.explain import explain_infeasible
-from vramopt.optimizer.objective import primary_name
+from vramopt.optimizer.objective import describe
 from vramopt.optimizer.oracle import solve_exhaustive
 from vramopt.optimizer.problem import build_problem
 from vramopt.optimizer.runners_up import runners_up
@@ -57,7 +57,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
             status=final_status,
             wall_time_s=time.perf_counter() - started,
             gap=gap,
-            objective=f"{space.objective} ({primary_name(problem)}, then fewer GPUs/more headroom/fixed order)",
+            objective=describe(problem),
             objective_value=choice.objective if choice else None,
             tick_s=problem.tick_s,
             candidates=candidates,

@@ -23,16 +23,16 @@ from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColum
 from vramopt.errors import InputError
 from vramopt.estimate import mig_profile_code, serving_case
 from vramopt.optimizer.domains import domain, parsed_user_choices
-from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, check_space, check_table_size, gpu_types
-from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
+from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
+from vramopt.types import MAX_COUNT, PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB
 
 SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 
 
 def check_serving_workload(workload: ServingWorkload) -> None:
-    if isinstance(workload.min_slots, bool) or not isinstance(workload.min_slots, int) or workload.min_slots < 1:
-        raise InputError(f"min_slots must be a positive integer, got {workload.min_slots!r}")
+    if isinstance(workload.min_slots, bool) or not isinstance(workload.min_slots, int) or not 1 <= workload.min_slots <= MAX_COUNT:
+        raise InputError(f"min_slots must be an integer from 1 to {MAX_COUNT:,}, got {workload.min_slots!r}")
     latency = workload.max_latency_ms
     if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) or latency <= 0):
         raise InputError(f"max latency must be a positive number of milliseconds, got {latency!r}")
@@ -129,7 +129,7 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
     )
     bound = None
     if space.objective == "min-gpus":
-        bound = int(math.floor((1.0 / space.min_tokens_per_s) / tick_s))
+        bound = bound_in_ticks(1.0 / space.min_tokens_per_s, tick_s)
     return Problem(
         workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
         budget_mib=budget_mib, capacity_bytes=key_capacity, state=state, activation=activation, tick_s=tick_s,
