@@ -425,7 +425,9 @@ def render_pack(response: Mapping[str, Any]) -> str:
         table(rows, ["job", "admitted", "GPUs (node: indices or GPU:MIG profile)", "tokens/s", "plan / reason"], align="lllrl"),
         "",
         f"admitted {summary['jobs_admitted']} of {summary['jobs']} jobs; GPUs used {summary['gpus_used']}, left {summary['gpus_left']}; "
-        f"weighted normalized throughput {summary['weighted_normalized_throughput']:.3f}",
+        + (f"MIG instances used {summary['mig_instances_used']}, left {summary['mig_instances_left']}; "
+           if summary.get("mig_instances_used", 0) + summary.get("mig_instances_left", 0) else "")
+        + f"weighted normalized throughput {summary['weighted_normalized_throughput']:.3f}",
         f"solver    cp-sat: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms",
     ])
 
