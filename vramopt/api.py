@@ -14,12 +14,11 @@ import copy
 import json
 import math
 import numbers
-import reprlib
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping
 
-from vramopt.errors import InputError
+from vramopt.errors import InputError, show_value
 from vramopt.results import SCHEMA
 from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS
 
@@ -35,20 +34,6 @@ def _fail(where: str, message: str) -> InputError:
     return InputError(f"request {where}: {message}")
 
 
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
-
-
-def _show(value: Any) -> str:
-    """A value in an error message: as JSON when it is JSON, else a short repr (never raises)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        try:
-            text = json.dumps(value)
-        except (ValueError, OverflowError):
-            text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return _SHORT.repr(value)
-
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
@@ -60,23 +45,23 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return _coerce(inner, value, where)
     if hint is bool:
         if not isinstance(value, bool):
-            raise _fail(where, f"must be true or false, got {_show(value)}")
+            raise _fail(where, f"must be true or false, got {show_value(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise _fail(where, f"must be an integer, got {_show(value)}")
+            raise _fail(where, f"must be an integer, got {show_value(value)}")
         return int(value)
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise _fail(where, f"must be a finite number, got {_show(value)}")
+            raise _fail(where, f"must be a finite number, got {show_value(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise _fail(where, f"must be a string, got {_show(value)}")
+            raise _fail(where, f"must be a string, got {show_value(value)}")
         return value
     if origin is tuple:
         if not isinstance(value, list):
-            raise _fail(where, f"must be a list, got {_show(value)}")
+            raise _fail(where, f"must be a list, got {show_value(value)}")
         return tuple(_coerce(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
     if origin in (dict, collections.abc.Mapping) or hint is Mapping:
         if not isinstance(value, dict):
@@ -93,7 +78,7 @@ def _pin_values(value: Any, where: str, hint: Any) -> Any:
             return "true" if item else "false"
         if isinstance(item, (int, float, str)) and not (isinstance(item, float) and not math.isfinite(item)):
             return str(item)
-        raise _fail(where, f"must be a string, number or boolean, got {_show(item)}")
+        raise _fail(where, f"must be a string, number or boolean, got {show_value(item)}")
 
     if typing.get_origin(hint) is tuple:
         items = value if isinstance(value, list) else [value]

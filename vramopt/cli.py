@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import sys
 from typing import Any, Callable, Mapping
 
@@ -68,8 +69,14 @@ DEFAULT_HEADROOM_FRACTION = 0.10
 # Error handling: one line on stderr, never a traceback by default
 
 
+def echo(text: str, err: bool = False) -> None:
+    """click.echo, with text that UTF-8 cannot encode (lone surrogates from a file name or a
+    JSON escape such as "\\ud800") written as backslash escapes instead of failing."""
+    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"), err=err)
+
+
 def fail_line(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", err=True)
 
 
 def one_line(text: str) -> str:
@@ -339,7 +346,7 @@ def emit(result: Any, output_format: str, render_table: Callable[[Any], str] | N
         text = render_table(result)
     else:
         raise ValueError(f"no table view for this result (format {output_format!r})")
-    click.echo(text)
+    echo(text)
 
 
 def offload_limits(gpu_name: str) -> tuple[float, float]:
@@ -521,7 +528,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         elif output_format == "csv":
             emit([{"solver.status": data["solver"]["status"], "explanation.reason": (data["explanation"] or {}).get("reason", "")}], "csv")
         else:
-            click.echo(render_infeasible(data) if data["explanation"] else f"no plan: solver status {data['solver']['status']}")
+            echo(render_infeasible(data) if data["explanation"] else f"no plan: solver status {data['solver']['status']}")
         if data["explanation"]:
             fail_line(result.explanation.one_line())
         else:
@@ -553,6 +560,8 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     The front is exact: it is the non-dominated subset of the whole candidate table, the
     same integer tables the solver and its exhaustive oracle read (docs/pareto.md).
     """
+    if output_path and plot_path and os.path.abspath(output_path) == os.path.abspath(plot_path):
+        raise click.UsageError(f"--output and --plot name the same file {output_path}")
     workload = build_workload(options)
     space = build_space(options)
     response = pareto_response(workload, space, verify=verify)
@@ -568,7 +577,7 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     elif output_format == "csv":
         emit(rows, "csv")
     else:
-        click.echo(render_front(response, rows, output_path, plot_path))
+        echo(render_front(response, rows, output_path, plot_path))
 
 
 @main.command()
@@ -590,7 +599,7 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     elif output_format == "csv":
         emit(pack_rows(response), "csv")
     else:
-        click.echo(render_pack(response))
+        echo(render_pack(response))
 
 
 def read_json_request(path: str) -> Any:
@@ -628,7 +637,7 @@ def export_plan(response: dict, target: str, path: str) -> None:
     result = export(target, response)
     write_text_atomically(path, result.text())
     for note in result.notes:
-        click.echo(f"note ({target}): {note}", err=True)
+        echo(f"note ({target}): {note}", err=True)
 
 
 def write_text_atomically(path: str, text: str) -> None:
@@ -646,7 +655,7 @@ def write_files_atomically(contents: Mapping[str, str | bytes]) -> None:
     temporaries: list[tuple[str, str]] = []
     try:
         for path, content in contents.items():
-            data = content.encode("utf-8") if isinstance(content, str) else content
+            data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else content
             try:
                 handle, temporary = tempfile.mkstemp(prefix=".vramopt-", dir=os.path.dirname(os.path.abspath(path)))
                 temporaries.append((temporary, path))

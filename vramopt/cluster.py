@@ -19,9 +19,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vramopt.catalog_files import MAX_CATALOG_FILE_BYTES, read_toml
-from vramopt.errors import CatalogError, InputError
+from vramopt.errors import CatalogError, InputError, show_value
 from vramopt.hardware import load_gpu
-from vramopt.types import WORKLOADS, GpuSpec
+from vramopt.types import MAX_COUNT, WORKLOADS, GpuSpec
+
+MAX_JOB_WEIGHT = 1e6
+"""Largest job weight: weights are relative priorities, and the packing objective sums
+weight x normalized throughput in millionths as int64 (assumption: a million-to-one
+priority is more than any queue needs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,7 @@ def read_document(path: str) -> Any:
 
 def _integer(value: Any, where: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{where} must be an integer >= {minimum}, got {json.dumps(value)}")
+        raise InputError(f"{where} must be an integer >= {minimum}, got {show_value(value)}")
     return value
 
 
@@ -228,12 +233,13 @@ def parse_jobs(data: Any, source: str = "jobs") -> tuple[PackJob, ...]:
             raise InputError(f"job '{job_id}': workload '{values.get('workload')}' is not one of {', '.join(WORKLOADS)}")
         for key in ("max_gpus", "seq_len", "global_batch", "context", "lora_rank", "min_slots"):
             if key in values and values[key] is not None:
-                _integer(values[key], f"job '{job_id}' {key}", 1)
+                if _integer(values[key], f"job '{job_id}' {key}", 1) > MAX_COUNT:
+                    raise InputError(f"job '{job_id}' {key} {values[key]} is above {MAX_COUNT:,}")
         for key in ("weight", "min_tokens_per_s", "max_latency_ms", "headroom_fraction"):
             if key in values and values[key] is not None:
                 _number(values[key], f"job '{job_id}' {key}")
-        if "weight" in values and values["weight"] <= 0:
-            raise InputError(f"job '{job_id}' weight must be positive")
+        if "weight" in values and not 0 < values["weight"] <= MAX_JOB_WEIGHT:
+            raise InputError(f"job '{job_id}' weight must be positive and at most {MAX_JOB_WEIGHT:g}, got {values['weight']!r}")
         if not isinstance(values["model"], str):
             raise InputError(f"job '{job_id}' model must be a name")
         for key in ("pin", "allow", "forbid"):

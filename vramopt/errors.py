@@ -6,6 +6,25 @@ escaping the library is a bug.
 
 from __future__ import annotations
 
+import json
+import reprlib
+from typing import Any
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+
+
+def show_value(value: Any) -> str:
+    """A user's value in an error message: as JSON when it is a JSON scalar, else a short
+    repr (a set, bytes, a deeply nested list); never raises."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        try:
+            text = json.dumps(value)
+        except (ValueError, OverflowError):
+            text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return _SHORT.repr(value)
+
 
 class VramoptError(Exception):
     """Base class of every error vramopt raises on purpose."""

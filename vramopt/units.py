@@ -51,6 +51,20 @@ def bytes_to_mib_ceil(value_bytes: float) -> int:
     return math.ceil(value_bytes / BYTES_PER_MIB)
 
 
+MAX_TABLE_MIB = 2**40
+"""Largest memory the solver's int64 tables hold (2**40 MiB = 1 EiB, millions of times
+any GPU): a larger need (an absurd config.json) is stored as this, which still never fits."""
+
+
+def mib_ceil_array(value_bytes) -> "numpy.ndarray":
+    """Needs in whole MiB, rounded up, as int64 (NaN or above MAX_TABLE_MIB -> MAX_TABLE_MIB,
+    so a cast can never wrap around to a negative need)."""
+    import numpy
+
+    mib = numpy.ceil(numpy.asarray(value_bytes, dtype=float) / BYTES_PER_MIB)
+    return numpy.where(numpy.isnan(mib), MAX_TABLE_MIB, numpy.minimum(mib, MAX_TABLE_MIB)).astype(numpy.int64)
+
+
 def bytes_to_mib_floor(value_bytes: float) -> int:
     """Round down to whole MiB: used for capacities (never rounds a budget up)."""
     return math.floor(value_bytes / BYTES_PER_MIB)

@@ -23,7 +23,17 @@ def powers_of_two_up_to(limit: int) -> tuple[int, ...]:
 
 
 def divisors(number: int) -> tuple[int, ...]:
-    return tuple(value for value in range(1, number + 1) if number % value == 0)
+    """Every divisor of ``number``, ascending (trial division up to its square root, so a
+    layer count or global batch near 2**31 takes milliseconds, not minutes)."""
+    small, large = [], []
+    value = 1
+    while value * value <= number:
+        if number % value == 0:
+            small.append(value)
+            if value * value != number:
+                large.append(number // value)
+        value += 1
+    return tuple(small + large[::-1])
 
 
 def gpu_counts(max_gpus: int, gpus_per_node: int, whole_nodes: bool) -> tuple[int, ...]:

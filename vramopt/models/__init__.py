@@ -65,8 +65,12 @@ def load_model(name_or_path: str) -> ModelSpec:
     spec = index.get(name_or_path.strip().lower())
     if spec is not None:
         return spec
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError:  # e.g. a name longer than the file system allows: not a path
+        is_dir = is_file = False
+    if is_dir:
         return load_config_json(path / HF_CONFIG_FILE_NAME)
-    if path.is_file():
+    if is_file:
         return load_config_json(path)
     raise suggest(name_or_path, index, "model")

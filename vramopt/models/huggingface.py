@@ -31,7 +31,7 @@ from typing import Any, Callable
 from vramopt.catalog_files import MAX_CATALOG_FILE_BYTES, TableReader
 from vramopt.errors import CatalogError, InputError
 from vramopt.models.parameters import count_parameters
-from vramopt.types import MlaSpec, MoeSpec, ModelSpec
+from vramopt.types import MAX_COUNT, MlaSpec, MoeSpec, ModelSpec
 
 MAX_CONFIG_FILE_BYTES = MAX_CATALOG_FILE_BYTES
 """A config.json is a few kilobytes; refuse anything over ~1 MB rather than parse it."""
@@ -94,6 +94,8 @@ class _ConfigReader:
         value = self.table.raw(key, ..., int)
         if value < 1:
             raise self.error(key, f"must be positive, got {value}")
+        if value > MAX_COUNT:
+            raise self.error(key, f"must be at most {MAX_COUNT:,}, got {value}")
         return value
 
     def count(self, key: str, default: int) -> int:
@@ -103,6 +105,8 @@ class _ConfigReader:
         value = self.table.raw(key, ..., int)
         if value < 0:
             raise self.error(key, f"must not be negative, got {value}")
+        if value > MAX_COUNT:
+            raise self.error(key, f"must be at most {MAX_COUNT:,}, got {value}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:

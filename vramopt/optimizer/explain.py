@@ -1,10 +1,15 @@
 """Explain an infeasible request: the binding constraint with its numbers, and the
-smallest relaxations that make it feasible, each found by re-solving a changed request."""
+smallest relaxations that make it feasible, each found by re-solving a changed request.
+
+The relaxation search honours the request's time limit: no new re-solve starts after the
+deadline, and a cut search says so in the reason (``_Deadline``).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,7 +46,26 @@ def _leanest(problem: Problem) -> Choice | None:
     return Choice(key, int(state_item[key]), int(activation_item[key]), (int(overshoot[key]),))
 
 
-def _try(workload, space: SearchSpace) -> Problem | None:
+@dataclass
+class _Deadline:
+    """When the relaxation search must stop (``time.perf_counter()`` seconds; None: never),
+    and whether it had to."""
+
+    at: float | None = None
+    cut: bool = False
+
+    def passed(self) -> bool:
+        if self.at is not None and time.perf_counter() >= self.at:
+            self.cut = True
+        return self.cut
+
+
+_NO_DEADLINE = _Deadline()
+
+
+def _try(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> Problem | None:
+    if deadline.passed():
+        return None
     try:
         problem = build_problem(workload, space)
     except VramoptError:
@@ -70,11 +94,11 @@ def _best_detail(problem: Problem) -> str:
     return "best plan " + _summary(problem, choice)
 
 
-def _relaxations(problem: Problem, workload, space: SearchSpace) -> list[Relaxation]:
+def _relaxations(problem: Problem, workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> list[Relaxation]:
     found: list[Relaxation] = []
     factor = 2
     while space.max_gpus * factor <= MAX_GPUS_TRIED:
-        bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor))
+        bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor), deadline)
         if bigger is not None:
             if space.objective == "min-gpus":
                 # The exhaustive optimum of min-gpus is exactly the smallest count that fits
@@ -107,43 +131,43 @@ def _relaxations(problem: Problem, workload, space: SearchSpace) -> list[Relaxat
                 allow={key: value for key, value in space.allow.items() if key != field},
                 forbid={key: value for key, value in space.forbid.items() if key != field},
             )
-            result = _try(workload, relaxed)
+            result = _try(workload, relaxed, deadline)
             if result is not None:
                 found.append(Relaxation(change, _best_detail(result)))
     largest = max(gpu.memory_bytes for gpu in problem.gpus)
     for gpu in sorted(all_gpus(), key=lambda item: item.memory_bytes):
         if gpu.memory_bytes <= largest:
             continue
-        result = _try(workload, replace(space, gpus=(gpu.name,), pin={k: v for k, v in space.pin.items() if k != "gpu"}, allow={k: v for k, v in space.allow.items() if k != "gpu"}))
+        result = _try(workload, replace(space, gpus=(gpu.name,), pin={k: v for k, v in space.pin.items() if k != "gpu"}, allow={k: v for k, v in space.allow.items() if k != "gpu"}), deadline)
         if result is not None:
             found.append(Relaxation(f"--gpu {gpu.name}", f"{format_bytes(gpu.memory_bytes)} per GPU: " + _best_detail(result)))
             break
     if space.pin or space.allow or space.forbid:
-        result = _try(workload, replace(space, pin={}, allow={}, forbid={}))
+        result = _try(workload, replace(space, pin={}, allow={}, forbid={}), deadline)
         if result is not None:
             found.append(Relaxation("drop the --pin/--allow/--forbid choices", _best_detail(result)))
     if problem.kind == "infer":
-        found.extend(_serving_requirement_relaxations(workload, space))
+        found.extend(_serving_requirement_relaxations(workload, space, deadline))
     leanest = _leanest(problem)
     if leanest is not None and workload.headroom_fraction > 0:
         needed_mib = int(problem.state.memory_mib[leanest.key, leanest.state_item] + problem.activation.memory_mib[leanest.key, leanest.activation_item])
         needed_bytes = (needed_mib + math.ceil(problem.constant_bytes[leanest.key] / BYTES_PER_MIB) + 1) * BYTES_PER_MIB
         headroom = math.floor((1.0 - needed_bytes / problem.capacity_bytes[leanest.key]) * 1000) / 1000
         if 0 <= headroom < workload.headroom_fraction:
-            result = _try(replace(workload, headroom_fraction=headroom), space)
+            result = _try(replace(workload, headroom_fraction=headroom), space, deadline)
             if result is not None:
                 found.append(Relaxation(f"--headroom {headroom:.3f}", f"leaves {headroom:.1%} of each GPU free instead of {workload.headroom_fraction:.0%}"))
     return found
 
 
-def _serving_requirement_relaxations(workload, space: SearchSpace) -> list[Relaxation]:
+def _serving_requirement_relaxations(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> list[Relaxation]:
     found = []
     if workload.max_latency_ms is not None:
-        result = _try(replace(workload, max_latency_ms=None), space)
+        result = _try(replace(workload, max_latency_ms=None), space, deadline)
         if result is not None:
             found.append(Relaxation("drop --max-latency-ms", _best_detail(result)))
     if workload.min_slots > 1:
-        result = _try(replace(workload, min_slots=1), space)
+        result = _try(replace(workload, min_slots=1), space, deadline)
         if result is not None:
             found.append(Relaxation("lower --min-slots", _best_detail(result)))
     return found
@@ -175,9 +199,22 @@ def _model_state_sentence(problem: Problem) -> str:
     )
 
 
-def explain_infeasible(problem: Problem) -> Explanation:
+def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Explanation:
+    """Why ``problem`` has no plan, and the relaxations that fix it. ``deadline_s`` (a
+    ``time.perf_counter()`` time, usually the end of the request's time limit): no
+    relaxation re-solve starts after it, and the reason then says the search was cut."""
     workload, space = problem.workload, problem.space
-    relaxations = tuple(_relaxations(problem, workload, space))
+    deadline = _Deadline(deadline_s)
+    relaxations = tuple(_relaxations(problem, workload, space, deadline))
+    explanation = _explain(problem, relaxations)
+    if deadline.cut:
+        explanation = replace(explanation, reason=f"{explanation.reason} (the search for relaxations stopped at the "
+                                                  f"{space.time_limit_s:g} s time limit; raise --time-limit to try them all)")
+    return explanation
+
+
+def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanation:
+    workload, space = problem.workload, problem.space
     if space.objective == "min-gpus":
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:

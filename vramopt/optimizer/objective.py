@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from vramopt.units import BYTES_PER_MIB
+from vramopt.units import mib_ceil_array
 
 
 def constant_mib(problem) -> np.ndarray:
-    return np.ceil(problem.constant_bytes / BYTES_PER_MIB).astype(np.int64)
+    return mib_ceil_array(problem.constant_bytes)
 
 
 def components(problem, key, step_ticks, memory_mib, rank):

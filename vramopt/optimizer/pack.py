@@ -36,15 +36,16 @@ from ortools.sat.python import cp_model
 from vramopt.cluster import ClusterNode, PackJob, RunningJob
 from vramopt.costs.coefficients import coefficient
 from vramopt.errors import InputError, VramoptError
-from vramopt.estimate import estimate_serving, estimate_training
+from vramopt.estimate import check_headroom, estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import best_in_keys_by_bound
 from vramopt.optimizer.problem import build_problem
 from vramopt.optimizer.prune import lower_bounds
-from vramopt.optimizer.serving_problem import build_serving_problem
+from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
 from vramopt.optimizer.solve import STATUS_NAMES
 from vramopt.results import SCHEMA
 from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
+from vramopt.units import MAX_TABLE_MIB
 
 TAKEN = ""
 """A MIG slot already given to a running job (kept so that instance ids stay stable)."""
@@ -256,15 +257,16 @@ def _value(job: PackJob, option: Option, best: float) -> int:
 
 
 def _host_limit(node: ClusterNode) -> int:
-    return int(node.host_ram_bytes * coefficient("host_ram_usable_fraction") // 2**20)
+    # Capped so that a node with, say, 1e300 bytes of RAM stays an int64 for CP-SAT.
+    return int(min(node.host_ram_bytes * coefficient("host_ram_usable_fraction") // 2**20, MAX_TABLE_MIB))
 
 
 def _nvme_limit(node: ClusterNode) -> int:
-    return int(node.nvme_bytes * coefficient("nvme_usable_fraction") // 2**20)
+    return int(min(node.nvme_bytes * coefficient("nvme_usable_fraction") // 2**20, MAX_TABLE_MIB))
 
 
 def _mib(value: float) -> int:
-    return int(math.ceil(value / 2**20))
+    return int(min(math.ceil(value / 2**20), MAX_TABLE_MIB)) if math.isfinite(value) else MAX_TABLE_MIB
 
 
 @dataclass
@@ -358,6 +360,9 @@ def validate_job(job: PackJob) -> None:
             raise InputError(f"context {job.context} is longer than {model.name}'s context of {model.max_context} tokens")
         if job.workload != "infer" and job.seq_len > model.max_context:
             raise InputError(f"seq_len {job.seq_len} is longer than {model.name}'s context of {model.max_context} tokens")
+        check_headroom(job.headroom_fraction)
+        if job.workload == "infer":
+            check_serving_workload(workload_of(job))
     except VramoptError as error:
         raise type(error)(f"job '{job.id}': {error}") from None
 
@@ -504,6 +509,9 @@ def _solve_decomposed(jobs, nodes, options, best, started, time_limit_s, workers
     gap = 0.0 if bound <= 0 else max(0.0, (bound - value_found) / bound)
     if gap > 1e-9:
         status = "feasible"
+    if upper_bound is None and value_terms:
+        # The time ran out before the first relaxation solve: nothing is proven.
+        status, gap = "timed_out", 1.0
     return _response(jobs, nodes, options, best, assignment, status, gap, value_found, time.perf_counter() - started)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from vramopt.constraints import registry
-from vramopt.constraints.parallelism import gpu_counts
+from vramopt.constraints.parallelism import divisors, gpu_counts
 from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
@@ -33,7 +33,7 @@ from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.optimizer.domains import domain, grad_comm_domain, parsed_user_choices
 from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
-from vramopt.units import BYTES_PER_MIB
+from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
 TICKS_PER_BEST_STEP = 1_000_000
 """Time resolution: one tick is a millionth of the fastest conceivable step of the space,
@@ -205,7 +205,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
 
     capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
     budget_bytes = capacity * (1.0 - workload.headroom_fraction)
-    budget_mib = np.floor(budget_bytes / BYTES_PER_MIB).astype(np.int64) - np.ceil(constant / BYTES_PER_MIB).astype(np.int64)
+    budget_mib = np.floor(budget_bytes / BYTES_PER_MIB).astype(np.int64) - mib_ceil_array(constant)
 
     tick_s = _tick(state, activation)
     state = _with_ticks(state, tick_s)
@@ -260,19 +260,25 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         if not gpu.supports(precision):
             if "precision" in choices["pin"] or "precision" in choices["allow"]:
                 raise InputError(f"{gpu.name} does not support {precision} (its tensor cores run: {', '.join(gpu.peak_flops_per_s)})")
-    rows = []
-    for count, t, p in itertools.product(counts, tensor, pipeline):
-        if count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+    # A layout is gpus = tp x pp x dp with dp dividing the global batch: enumerate those
+    # products (not every count x tp x pp, which is minutes for a million-GPU space), then
+    # put them back in the fixed order (count, then tp, then pp, in their domains' order).
+    position = {count: index for index, count in enumerate(counts)}
+    data_parallel = [dp for dp in divisors(workload.global_batch) if None in data_parallel_allowed or dp in data_parallel_allowed]
+    layouts = []
+    for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
+        if model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
-        dp = count // (t * p)
-        if None not in data_parallel_allowed and dp not in data_parallel_allowed:
-            continue
-        if workload.global_batch % dp != 0:
-            continue
+        for dp in data_parallel:
+            if t * p * dp in position:
+                layouts.append((position[t * p * dp], t_index, p_index, t * p * dp, t, p, dp))
+    layouts.sort()
+    rows = []
+    for _, _, _, count, t, p, dp in layouts:
         for precision in precisions:
             if not gpu.supports(precision):
                 continue
@@ -375,7 +381,7 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
     table = ItemTable(
         values=tuple(items),
         valid=valid.reshape(shape),
-        memory_mib=np.ceil(memory / BYTES_PER_MIB).astype(np.int64).reshape(shape),
+        memory_mib=mib_ceil_array(memory).reshape(shape),
         time_ticks=np.zeros(shape, dtype=np.int64),
         memory_bytes=memory.reshape(shape),
         time_s=seconds.reshape(shape),

@@ -64,7 +64,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         )
 
     if choice is None:
-        explanation = explain_infeasible(problem) if status == "infeasible" else None
+        explanation = explain_infeasible(problem, started + space.time_limit_s) if status == "infeasible" else None
         return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind)
 
     plan = decode_choice(problem, choice)

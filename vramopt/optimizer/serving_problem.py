@@ -25,7 +25,7 @@ from vramopt.estimate import mig_profile_code, serving_case
 from vramopt.optimizer.domains import domain, parsed_user_choices
 from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
 from vramopt.types import MAX_COUNT, PRECISIONS, SearchSpace, ServingWorkload
-from vramopt.units import BYTES_PER_MIB
+from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
 SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 
@@ -46,16 +46,24 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
     cases = [serving_case(workload, gpu.name) for gpu in gpus]
     model = cases[0].model
 
-    key_rows, item_values = [], None
-    for gpu_index, gpu in enumerate(gpus):
-        context = DomainContext(
+    contexts = [
+        DomainContext(
             layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
             allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
         )
-        key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, space, context, choices))
-        if item_values is None:
-            item_values = _items(context, choices)
+        for gpu in gpus
+    ]
+    item_values = _items(contexts[0], choices)
+    # Max tokens/s keeps only each layout's largest GPU count (_dominant_counts): never
+    # enumerate the others, so a million-GPU space costs milliseconds, not minutes.
+    largest_only = prune_counts and space.objective == "throughput"
+    layouts = [_layouts_for_gpu(gpu, model, space, contexts[index], choices) for index, gpu in enumerate(gpus)]
+    if item_values and not largest_only:
+        check_table_size(sum(_row_count(*layout) for layout in layouts), len(item_values), "serving")
+    key_rows = []
+    for gpu_index, layout in enumerate(layouts):
+        key_rows.extend(_rows(gpu_index, *layout, largest_only=largest_only))
     if not key_rows:
         raise InputError(
             f"no serving layout of {model.name} ({model.layers} layers, {model.heads} heads) within {space.max_gpus} GPUs "
@@ -106,15 +114,13 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
     shape = (key_count, item_count)
     constant = reserve.reshape(shape).max(axis=1)
     key_capacity = capacity.reshape(shape).max(axis=1)
-    budget_mib = np.floor(key_capacity * (1.0 - workload.headroom_fraction) / BYTES_PER_MIB).astype(np.int64) - np.ceil(
-        constant / BYTES_PER_MIB
-    ).astype(np.int64)
+    budget_mib = np.floor(key_capacity * (1.0 - workload.headroom_fraction) / BYTES_PER_MIB).astype(np.int64) - mib_ceil_array(constant)
     valid_times = seconds[valid]
     tick_s = (float(valid_times.min()) if valid_times.size else 1.0) / TICKS_PER_BEST_STEP
     state = ItemTable(
         values=tuple(item_values),
         valid=valid.reshape(shape),
-        memory_mib=np.ceil(memory / BYTES_PER_MIB).astype(np.int64).reshape(shape),
+        memory_mib=mib_ceil_array(memory).reshape(shape),
         time_ticks=np.rint(seconds / tick_s).astype(np.int64).reshape(shape),
         memory_bytes=memory.reshape(shape),
         time_s=seconds.reshape(shape),
@@ -156,6 +162,14 @@ def _dominant_counts(rows: list[tuple], objective: str) -> list[tuple]:
 
 
 def _keys_for_gpu(gpu_index, gpu, model, space, context, choices) -> list[tuple]:
+    """Every (gpu_index, gpus, tp, pp, quantization, mig) row of one GPU type, in the fixed
+    order: GPU count, then tp, pp, quantization and MIG profile in their domains' order."""
+    return _rows(gpu_index, *_layouts_for_gpu(gpu, model, space, context, choices))
+
+
+def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, list[tuple]]:
+    """The GPU counts, and each replica layout with the positions of the counts it divides:
+    (count positions, (t, p, quantization, mig positions), t, p, quantization code, mig)."""
     counts = [count for count in domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes)) if count <= space.max_gpus]
     tensor = domain("tensor_parallel", context, choices)
     pipeline = domain("pipeline_parallel", context, choices)
@@ -174,19 +188,42 @@ def _keys_for_gpu(gpu_index, gpu, model, space, context, choices) -> list[tuple]
             mig_codes.append(mig_profile_code(gpu, name))
         elif "mig_profile" in choices["pin"] and len(space.gpus) == 1:
             mig_profile_code(gpu, name)
-    rows = []
-    for count, t, p, quantization, mig in itertools.product(counts, tensor, pipeline, quantizations, mig_codes):
-        if mig >= 0 and (t > 1 or p > 1):
-            continue
-        if count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+    count_array = np.array(counts, dtype=np.int64)
+    layouts = []
+    for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
+        if model.heads % t != 0 or model.layers % p != 0:
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
-        needs = {"fp8": "fp8", "fp4": "fp4"}.get(quantization)
-        if needs and not gpu.supports(needs):
+        positions = np.flatnonzero(count_array % (t * p) == 0)
+        if positions.size == 0:
             continue
-        rows.append((gpu_index, count, t, p, QUANTIZATIONS.index(quantization), mig))
-    return rows
+        for (q_index, quantization), (m_index, mig) in itertools.product(enumerate(quantizations), enumerate(mig_codes)):
+            if mig >= 0 and (t > 1 or p > 1):
+                continue
+            needs = {"fp8": "fp8", "fp4": "fp4"}.get(quantization)
+            if needs and not gpu.supports(needs):
+                continue
+            layouts.append((positions, (t_index, p_index, q_index, m_index), t, p, QUANTIZATIONS.index(quantization), mig))
+    return count_array, layouts
+
+
+def _row_count(count_array: np.ndarray, layouts: list[tuple]) -> int:
+    return sum(int(layout[0].size) for layout in layouts)
+
+
+def _rows(gpu_index: int, count_array: np.ndarray, layouts: list[tuple], largest_only: bool = False) -> list[tuple]:
+    """The rows of the layouts in the fixed order (count position, then the layout's
+    positions in the tp, pp, quantization and MIG domains); ``largest_only``: only each
+    layout's largest count (what ``_dominant_counts`` keeps for max tokens/s)."""
+    ordered = []
+    for positions, order, t, p, quantization, mig in layouts:
+        if largest_only:
+            positions = positions[[int(np.argmax(count_array[positions]))]]
+        for position in positions.tolist():
+            ordered.append(((position,) + order, (gpu_index, int(count_array[position]), t, p, quantization, mig)))
+    ordered.sort(key=lambda pair: pair[0])
+    return [row for _, row in ordered]
 
 
 def _items(context, choices) -> tuple[dict, ...]:

@@ -1,0 +1,32 @@
+"""The fuzz tally: printed at the end of the session and kept in the pytest cache
+(``.pytest_cache/v/vramopt/fuzz_tally``); ``VRAMOPT_FUZZ_REPORT=path`` also writes it there."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fuzz_support import TALLY, COLLECTED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if TALLY.generated:
+        terminalreporter.write_line(TALLY.line())
+    seen = set()
+    for test, context in COLLECTED:
+        key = context[1][:60]
+        if key not in seen:
+            seen.add(key)
+            terminalreporter.write_line(f"COLLECTED {test}: {context}"[:600])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not TALLY.generated:
+        return
+    data = TALLY.as_dict()
+    if getattr(session.config, "cache", None) is not None:
+        session.config.cache.set("vramopt/fuzz_tally", data)
+    path = os.environ.get("VRAMOPT_FUZZ_REPORT")
+    if path:
+        with open(path, "w", encoding="utf-8") as stream:
+            json.dump(data, stream, indent=2)
