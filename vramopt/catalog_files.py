@@ -31,7 +31,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as error:
         raise CatalogError(f"{path}: cannot read ({error.strerror})") from None
     except ValueError as error:  # a NUL byte in the path
-        raise CatalogError(f"{path!r}: cannot read ({error})") from None
+        raise CatalogError(f"{str(path)!r}: cannot read ({error})") from None
     if size_bytes > MAX_CATALOG_FILE_BYTES:
         raise CatalogError(f"{path}: file is {size_bytes} bytes, more than the {MAX_CATALOG_FILE_BYTES} allowed")
     try:

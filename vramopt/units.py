@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 BYTES_PER_KB = 1e3
 BYTES_PER_MB = 1e6
 BYTES_PER_GB = 1e9
@@ -56,13 +58,11 @@ MAX_TABLE_MIB = 2**40
 any GPU): a larger need (an absurd config.json) is stored as this, which still never fits."""
 
 
-def mib_ceil_array(value_bytes) -> "numpy.ndarray":
+def mib_ceil_array(value_bytes) -> np.ndarray:
     """Needs in whole MiB, rounded up, as int64 (NaN or above MAX_TABLE_MIB -> MAX_TABLE_MIB,
     so a cast can never wrap around to a negative need)."""
-    import numpy
-
-    mib = numpy.ceil(numpy.asarray(value_bytes, dtype=float) / BYTES_PER_MIB)
-    return numpy.where(numpy.isnan(mib), MAX_TABLE_MIB, numpy.minimum(mib, MAX_TABLE_MIB)).astype(numpy.int64)
+    mib = np.ceil(np.asarray(value_bytes, dtype=float) / BYTES_PER_MIB)
+    return np.where(np.isnan(mib), MAX_TABLE_MIB, np.minimum(mib, MAX_TABLE_MIB)).astype(np.int64)
 
 
 def bytes_to_mib_floor(value_bytes: float) -> int:

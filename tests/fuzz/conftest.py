@@ -6,18 +6,12 @@ from __future__ import annotations
 import json
 import os
 
-from fuzz_support import TALLY, COLLECTED
+from fuzz_support import TALLY
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if TALLY.generated:
         terminalreporter.write_line(TALLY.line())
-    seen = set()
-    for test, context in COLLECTED:
-        key = context[1][:60]
-        if key not in seen:
-            seen.add(key)
-            terminalreporter.write_line(f"COLLECTED {test}: {context}"[:600])
 
 
 def pytest_sessionfinish(session, exitstatus):

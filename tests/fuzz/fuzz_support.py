@@ -22,10 +22,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-
-from click.testing import CliRunner
 
 from vramopt import cli
 
@@ -60,7 +59,6 @@ class Tally:
     tracebacks: int = 0
     internal_errors: int = 0
     by_test: Counter = field(default_factory=Counter)
-    tests_finished: set = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, test: str, rejected: bool, traceback: bool = False, internal: bool = False) -> None:
@@ -85,7 +83,6 @@ class Tally:
 
 
 TALLY = Tally()
-COLLECTED = []
 """One per test session (the fuzz conftest prints it and stores it in the pytest cache)."""
 
 
@@ -276,13 +273,7 @@ def check_cli(result, test: str, output_format: str | None = None, files: Iterab
     internal = "internal error" in stderr or "internal error" in stdout
     refused = result.exit_code != 0
     TALLY.record(test, refused, traceback, internal)
-    if os.environ.get("FUZZ_LOG"):
-        with open(os.environ["FUZZ_LOG"], "a") as log:
-            log.write(f"{test}\t{result.exit_code}\t{' '.join(stderr.split()[:6])[:70]}\n")
     context = (result.exit_code, stderr[-2000:], repr(result.exception))
-    if os.environ.get("FUZZ_COLLECT") and (traceback or internal or result.exit_code not in (0, 2) or (result.exit_code == 2 and not (stderr.startswith("error: ") and stderr.count("\n") == 1))):
-        COLLECTED.append((test, context))
-        return refused
     assert not traceback, context
     assert not internal, context
     assert result.exception is None or isinstance(result.exception, SystemExit), context
@@ -328,13 +319,8 @@ def check_api(call, request, test: str):
         message = str(error)
         assert message and "internal error" not in message, message
         return None
-    except Exception as error:
+    except Exception:
         TALLY.record(test, True, traceback=True)
-        if os.environ.get("FUZZ_COLLECT"):
-            import traceback as tb
-            frames = tb.extract_tb(error.__traceback__)
-            COLLECTED.append((test, (0, f"{type(error).__name__}: {str(error)[:150]} at " + " <- ".join(f"{f.filename.split('/')[-1]}:{f.lineno}" for f in frames[::-1][:4]), "")))
-            return None
         raise
     TALLY.record(test, False)
     data = response.to_dict()

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from fuzz_support import (
     ADVERSARIAL_JSON,
-    ADVERSARIAL_TEXT,
     CLUSTERS,
     JOBS,
     RUNNING,

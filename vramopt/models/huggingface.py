@@ -50,7 +50,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except OSError as error:
         raise CatalogError(f"{path}: cannot read ({error.strerror or error})") from None
     except ValueError as error:  # a NUL byte in the path
-        raise CatalogError(f"{path!r}: cannot read ({error})") from None
+        raise CatalogError(f"{str(path)!r}: cannot read ({error})") from None
     if len(raw) > MAX_CONFIG_FILE_BYTES:
         raise CatalogError(f"{path}: file is larger than the {MAX_CONFIG_FILE_BYTES} bytes allowed for a config.json")
 
