@@ -562,6 +562,9 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     """
     if output_path and plot_path and os.path.abspath(output_path) == os.path.abspath(plot_path):
         raise click.UsageError(f"--output and --plot name the same file {output_path}")
+    for flag, path in (("--output", output_path), ("--plot", plot_path)):
+        if path is not None and not path.strip():
+            raise click.UsageError(f"{flag} needs a file name")
     workload = build_workload(options)
     space = build_space(options)
     response = pareto_response(workload, space, verify=verify)

@@ -387,9 +387,15 @@ def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int
     model = build_model(jobs, nodes, options, best)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
-    solver.parameters.max_time_in_seconds = max(time_limit_s * 0.7, 0.01)
+    # Building the options counts against the limit too; keep some of what is left for
+    # the tie-break stages.
+    remaining = time_limit_s - (time.perf_counter() - started)
+    solver.parameters.max_time_in_seconds = max(remaining * 0.7, 0.001)
     model.cp.maximize(model.value)
-    status = solver.solve(model.cp)
+    status = solver.solve(model.cp) if remaining > 0 else cp_model.UNKNOWN
+    if status == cp_model.UNKNOWN:
+        # Out of time before any assignment: a labelled answer with nothing admitted.
+        return _response(jobs, nodes, options, best, {}, "timed_out", 1.0, 0, time.perf_counter() - started)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise InputError(f"pack: the solver found no assignment ({STATUS_NAMES.get(status, 'unknown')})")
     value = int(round(solver.objective_value))
@@ -626,7 +632,9 @@ def _response(jobs, nodes, options, best, assignment, status, gap, value, wall_t
             for index, node in enumerate(nodes)]
     for job_index, job in enumerate(jobs):
         if placements[job_index] is None:
-            placements[job_index] = {"job": job.id, "admitted": False, "reason": _reason(job, options[job_index], left, best[job_index]),
+            reason = (f"not placed: the solver ran out of time before any assignment; raise --time-limit"
+                      if status == "timed_out" and options[job_index] else _reason(job, options[job_index], left, best[job_index]))
+            placements[job_index] = {"job": job.id, "admitted": False, "reason": reason,
                                      "gpus_by_node": {}, "plan": None, "memory": None, "throughput": None}
     total_free = sum(len(node.free_gpus) for node in nodes)
     total_instances = sum(1 for node in nodes for profiles in node.mig.values() for profile in profiles if profile != TAKEN)
