@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+
+import pytest
 import os
 import tempfile
 from pathlib import Path
@@ -457,6 +459,7 @@ def test_failing_runs_leave_no_output_and_no_temporary_file(tmp_path):
 
 
 def test_successful_runs_write_complete_files(tmp_path):
+    pytest.importorskip("matplotlib")  # --plot needs the 'plot' extra, which CI does not install
     csv_path, png_path, ds_path = tmp_path / "front.csv", tmp_path / "front.png", tmp_path / "ds.json"
     result = run(["pareto", "--model", "8b", "--max-gpus", "2", "--output", str(csv_path), "--plot", str(png_path)])
     check_cli(result, "cli:atomic outputs", "table", [str(csv_path), str(png_path)], str(tmp_path))

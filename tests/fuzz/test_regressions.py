@@ -82,6 +82,7 @@ def test_absurd_config_json(tmp_path, change):
 
 
 def test_pareto_outputs(tmp_path):
+    pytest.importorskip("matplotlib")  # --plot needs the 'plot' extra, which CI does not install
     # A plot named .csv used to reach matplotlib's format guessing (internal error); it is a PNG.
     plot = tmp_path / "front.csv"
     check_cli(run(["pareto", "--model", "8b", "--max-gpus", "1", "--plot", str(plot)]), "regressions", "table", [str(plot)], str(tmp_path))
