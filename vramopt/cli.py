@@ -611,7 +611,10 @@ def read_json_request(path: str) -> Any:
 
     try:
         if path == "-":
-            raw = click.get_binary_stream("stdin").read(MAX_REQUEST_BYTES + 1)
+            stdin = sys.stdin
+            raw = (stdin.buffer if hasattr(stdin, "buffer") else stdin).read(MAX_REQUEST_BYTES + 1)
+            if isinstance(raw, str):
+                raw = raw.encode("utf-8", "surrogateescape")
         else:
             with open(path, "rb") as stream:
                 raw = stream.read(MAX_REQUEST_BYTES + 1)
