@@ -87,24 +87,20 @@ class _ConfigReader:
 
     def size(self, key: str, default: int | None = None) -> int:
         """A positive integer; ``default`` when absent or null (required when no default)."""
+        return self._integer(key, default, 1, "must be positive")
+
+    def count(self, key: str, default: int) -> int:
+        """A non-negative integer; ``default`` when absent or null."""
+        return self._integer(key, default, 0, "must not be negative")
+
+    def _integer(self, key: str, default: int | None, minimum: int, too_small: str) -> int:
         if not self.present(key):
             if default is None:
                 raise self.error(key, "is missing")
             return default
         value = self.table.raw(key, ..., int)
-        if value < 1:
-            raise self.error(key, f"must be positive, got {value}")
-        if value > MAX_COUNT:
-            raise self.error(key, f"must be at most {MAX_COUNT:,}, got {value}")
-        return value
-
-    def count(self, key: str, default: int) -> int:
-        """A non-negative integer; ``default`` when absent or null."""
-        if not self.present(key):
-            return default
-        value = self.table.raw(key, ..., int)
-        if value < 0:
-            raise self.error(key, f"must not be negative, got {value}")
+        if value < minimum:
+            raise self.error(key, f"{too_small}, got {value}")
         if value > MAX_COUNT:
             raise self.error(key, f"must be at most {MAX_COUNT:,}, got {value}")
         return value
