@@ -267,7 +267,7 @@ def test_serving_key_enumeration_equals_the_plain_loop(drawn, objective):
     choices = parsed_user_choices(space)
     context = context_of(model, gpu, space, "infer", 1)
     try:
-        fast = serving_problem._keys_for_gpu(0, gpu, model, space, context, choices)
+        fast = serving_problem._rows(0, *serving_problem._layouts_for_gpu(gpu, model, space, context, choices))
     except InputError:
         return
     plain = plain_serving_keys(0, gpu, model, space, context, choices)

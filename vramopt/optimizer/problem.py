@@ -175,6 +175,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     choices = parsed_user_choices(space)
     gpus = gpu_types(space, choices)
 
+    _check_named_precisions(gpus, choices)
     key_rows, contexts = [], []
     for gpu_index, gpu in enumerate(gpus):
         context = DomainContext(
@@ -193,10 +194,12 @@ def build_problem(workload, space: SearchSpace) -> Problem:
         raise InputError(_no_layout_message(model, workload, space, choices))
     keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(("gpu_index",) + KEY_COLUMNS)}
 
-    state_values = _state_items(contexts[0], choices)
-    activation_values = _activation_items(contexts[0], choices)
+    # Every GPU type's items, once (in GPU name order, so the --gpu order changes nothing).
+    by_name = [contexts[index] for index in sorted(range(len(gpus)), key=lambda index: gpus[index].name)]
+    state_values = _union(_state_items(context, choices) for context in by_name)
+    activation_values = _union(_activation_items(context, choices) for context in by_name)
     if not state_values or not activation_values:
-        raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(contexts[0], choices))
+        raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
     check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name) for gpu in gpus]
@@ -256,10 +259,6 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
-    for precision in precisions:
-        if not gpu.supports(precision):
-            if "precision" in choices["pin"] or "precision" in choices["allow"]:
-                raise InputError(f"{gpu.name} does not support {precision} (its tensor cores run: {', '.join(gpu.peak_flops_per_s)})")
     # A layout is gpus = tp x pp x dp with dp dividing the global batch: enumerate those
     # products (not every count x tp x pp, which is minutes for a million-GPU space), then
     # put them back in the fixed order (count, then tp, then pp, in their domains' order).
@@ -286,6 +285,27 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
                 if (workload.global_batch // dp) % b == 0:
                     rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b))
     return rows
+
+
+def _check_named_precisions(gpus, choices) -> None:
+    """A precision named in --pin or --allow must run on the searched GPU type, or on at
+    least one of several (the others simply lack those rows): else an error."""
+    for kind in ("pin", "allow"):
+        for precision in choices[kind].get("precision", ()):
+            if precision in choices["forbid"].get("precision", ()) or any(gpu.supports(precision) for gpu in gpus):
+                continue
+            if len(gpus) == 1:
+                raise InputError(f"{gpus[0].name} does not support {precision} (its tensor cores run: {', '.join(gpus[0].peak_flops_per_s)})")
+            raise InputError(f"none of the searched GPUs ({', '.join(gpu.name for gpu in gpus)}) supports {precision}")
+
+
+def _union(domains) -> tuple[dict[str, Any], ...]:
+    """The items of several GPU types' domains, each once, in first-seen order."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for items in domains:
+        for item in items:
+            seen.setdefault(tuple(item.items()), item)
+    return tuple(seen.values())
 
 
 def _state_items(context, choices) -> tuple[dict[str, Any], ...]:

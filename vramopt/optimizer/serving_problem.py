@@ -3,7 +3,11 @@
 Keys: GPU type and count, tensor and pipeline parallel, weight quantization and MIG profile.
 Serving is not separable (the KV cache couples slots and its dtype), so every other choice
 (KV dtype, paged or contiguous, speculative decoding, slots) is one "state" item and the
-activation group is a single neutral item. The time the objective minimizes is the
+activation group is a single neutral item. Every per-GPU choice comes from that GPU type:
+a key's quantizations and MIG profiles from its own GPU, the state items from the union of
+every searched GPU type's domains (an fp8 KV cache is an item when any GPU runs it, and
+invalid on the rows of a GPU that cannot), so the order of ``--gpu`` never changes the
+optimum and adding a GPU type never lowers it (tests/regression/test_serving_gpu_order.py). The time the objective minimizes is the
 deployment's seconds per output token, 1 / tokens_per_s, so "throughput", "per-gpu" and
 "min-gpus" read exactly as for training. The latency bound and the minimum concurrent slots
 make items invalid; memory is the headroom rule per GPU or per MIG instance.
@@ -54,7 +58,8 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
         )
         for gpu in gpus
     ]
-    item_values = _items(contexts[0], choices)
+    _check_named_values(gpus, choices)
+    item_values = _items(gpus, contexts, choices)
     # Max tokens/s keeps only each layout's largest GPU count (_dominant_counts): never
     # enumerate the others, so a million-GPU space costs milliseconds, not minutes.
     largest_only = prune_counts and space.objective == "throughput"
@@ -161,12 +166,6 @@ def _dominant_counts(rows: list[tuple], objective: str) -> list[tuple]:
     return [row for row in rows if best[(row[0],) + row[2:]] is row]
 
 
-def _keys_for_gpu(gpu_index, gpu, model, space, context, choices) -> list[tuple]:
-    """Every (gpu_index, gpus, tp, pp, quantization, mig) row of one GPU type, in the fixed
-    order: GPU count, then tp, pp, quantization and MIG profile in their domains' order."""
-    return _rows(gpu_index, *_layouts_for_gpu(gpu, model, space, context, choices))
-
-
 def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, list[tuple]]:
     """The GPU counts, and each replica layout with the positions of the counts it divides:
     (count positions, (t, p, quantization, mig positions), t, p, quantization code, mig)."""
@@ -174,20 +173,10 @@ def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, l
     tensor = domain("tensor_parallel", context, choices)
     pipeline = domain("pipeline_parallel", context, choices)
     quantizations = domain("quantization", context, choices)
-    for name in quantizations:
-        needs = {"fp8": "fp8", "fp4": "fp4"}.get(name)
-        if needs and not gpu.supports(needs) and ("quantization" in choices["pin"] or "quantization" in choices["allow"]):
-            raise InputError(f"{gpu.name} cannot run {name} weights (no {needs} tensor cores); choose bf16, int8 or int4")
     default_mig = (NO_MIG,) + tuple(profile.name for profile in gpu.mig_profiles)
     profiles = domain("mig_profile", context, choices, default_mig if "mig_profile" not in choices["allow"] else None)
-    mig_codes = []
-    for name in profiles:
-        if name != NO_MIG and not gpu.mig_profiles and len(space.gpus) == 1:
-            mig_profile_code(gpu, name)  # raises the clear error
-        if name == NO_MIG or any(profile.name == name for profile in gpu.mig_profiles):
-            mig_codes.append(mig_profile_code(gpu, name))
-        elif "mig_profile" in choices["pin"] and len(space.gpus) == 1:
-            mig_profile_code(gpu, name)
+    # This GPU's own profiles only (the names were checked against the searched GPU types).
+    mig_codes = [mig_profile_code(gpu, name) for name in profiles if name == NO_MIG or gpu.mig_profile(name) is not None]
     count_array = np.array(counts, dtype=np.int64)
     layouts = []
     for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
@@ -201,7 +190,7 @@ def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, l
         for (q_index, quantization), (m_index, mig) in itertools.product(enumerate(quantizations), enumerate(mig_codes)):
             if mig >= 0 and (t > 1 or p > 1):
                 continue
-            needs = {"fp8": "fp8", "fp4": "fp4"}.get(quantization)
+            needs = FORMAT_NEEDS.get(quantization)
             if needs and not gpu.supports(needs):
                 continue
             layouts.append((positions, (t_index, p_index, q_index, m_index), t, p, QUANTIZATIONS.index(quantization), mig))
@@ -226,13 +215,44 @@ def _rows(gpu_index: int, count_array: np.ndarray, layouts: list[tuple], largest
     return [row for _, row in ordered]
 
 
-def _items(context, choices) -> tuple[dict, ...]:
-    return tuple(
-        {"kv_cache_dtype": dtype, "paged_kv": paged, "speculative_decoding": speculative, "slots": slots}
-        for dtype, paged, speculative, slots in itertools.product(
-            domain("kv_cache_dtype", context, choices),
-            domain("paged_kv", context, choices),
-            domain("speculative_decoding", context, choices),
-            domain("slots", context, choices),
-        )
-    )
+STATE_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
+
+FORMAT_NEEDS = {"fp8": "fp8", "fp4": "fp4"}
+"""Weight formats that need the GPU's tensor cores for them (int8/int4 dequantize to bf16)."""
+
+
+def _items(gpus, contexts, choices) -> tuple[dict, ...]:
+    """The state items: the product of each field's domain, a field's domain being the union
+    of every searched GPU type's. The union runs over the GPU types in name order, so the
+    items and their tie-break order do not depend on the order of ``--gpu``."""
+    in_name_order = [contexts[index] for index in sorted(range(len(gpus)), key=lambda index: gpus[index].name)]
+    domains = []
+    for field_name in STATE_FIELDS:
+        values: list = []
+        for context in in_name_order:
+            values.extend(value for value in domain(field_name, context, choices) if value not in values)
+        domains.append(values)
+    return tuple(dict(zip(STATE_FIELDS, combination)) for combination in itertools.product(*domains))
+
+
+def _check_named_values(gpus, choices) -> None:
+    """A weight format or MIG profile named in --pin or --allow must run on a searched GPU
+    type: on the only one when one is searched, on at least one of several (the others
+    simply lack those rows). Otherwise the request is an error, never an empty search."""
+    for kind in ("pin", "allow"):
+        for name in choices[kind].get("quantization", ()):
+            needs = FORMAT_NEEDS.get(name)
+            if needs is None or name in choices["forbid"].get("quantization", ()) or any(gpu.supports(needs) for gpu in gpus):
+                continue
+            if len(gpus) == 1:
+                raise InputError(f"{gpus[0].name} cannot run {name} weights (no {needs} tensor cores); choose bf16, int8 or int4")
+            raise InputError(f"none of the searched GPUs ({', '.join(gpu.name for gpu in gpus)}) can run {name} weights "
+                             f"(no {needs} tensor cores); choose bf16, int8 or int4, or add a GPU with {needs}")
+        for name in choices[kind].get("mig_profile", ()):
+            if name == NO_MIG or name in choices["forbid"].get("mig_profile", ()) or any(gpu.mig_profile(name) is not None for gpu in gpus):
+                continue
+            if len(gpus) == 1:
+                mig_profile_code(gpus[0], name)  # raises the clear error, with close names
+            holders = [f"{gpu.name}: {', '.join(profile.name for profile in gpu.mig_profiles)}" for gpu in gpus if gpu.mig_profiles]
+            raise InputError(f"no searched GPU has MIG profile '{name}'"
+                             + (f" ({'; '.join(holders)})" if holders else " (none of them has MIG profiles)"))
