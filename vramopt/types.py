@@ -103,6 +103,13 @@ class MoeSpec:
     """Every n-th layer is MoE (Llama 4 Maverick: 2); the others are dense."""
     first_dense_layers: int = 0
     """The first k layers use a dense FFN (DeepSeek-V3: 3)."""
+    moe_layer_offset: int = 0
+    """Which layer of each interval is MoE: layer i is MoE when i % interval == offset
+    (DeepSeek ``moe_layer_freq``: 0; Qwen2-MoE ``decoder_sparse_step`` and Llama 4
+    ``interleave_moe_layer_step``: interval - 1). See ``parameters.moe_layer_indices``."""
+    dense_layer_indices: tuple[int, ...] = ()
+    """Layers forced dense although the interval rule makes them MoE (Qwen2-MoE
+    ``mlp_only_layers``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

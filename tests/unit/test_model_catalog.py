@@ -128,6 +128,8 @@ def test_llama4_dense_width_is_the_dense_layers_width():
     assert scout.ffn_hidden_size == maverick.ffn_hidden_size == 16384
     assert scout.moe.expert_ffn_hidden_size == maverick.moe.expert_ffn_hidden_size == 8192
     assert maverick.moe.moe_layer_interval == 2 and maverick.moe.experts == 128
+    # Llama 4's rule: range(step - 1, layers, step), transformers configuration_llama4.py.
+    assert maverick.moe.moe_layer_offset == 1 and scout.moe.moe_layer_offset == 0
 
 
 # --- the strict loader -------------------------------------------------------------------
@@ -159,6 +161,11 @@ def test_the_valid_file_parses(tmp_path):
         ('norm = "rmsnorm"\n', 'norm = "batchnorm"\n', "norm"),
         ("kv_heads = 8\n", "kv_heads = 5\n", "kv_heads"),
         ("experts_per_token = 2\n", "experts_per_token = 9\n", "moe.experts_per_token"),
+        ("moe_layer_offset = 0\n", "", "moe.moe_layer_offset"),
+        ("moe_layer_offset = 0\n", "moe_layer_offset = 1\n", "moe.moe_layer_offset"),
+        ("dense_layer_indices = []\n", "", "moe.dense_layer_indices"),
+        ("dense_layer_indices = []\n", "dense_layer_indices = [1, 1]\n", "moe.dense_layer_indices"),
+        ("dense_layer_indices = []\n", 'dense_layer_indices = ["1"]\n', "moe.dense_layer_indices"),
         ("architecture = ", "architecturee = ", "sources.architecture"),
         ("params_total = \"Mistral", "params_total = \"\"\nold = \"Mistral", "sources.params_total"),
         ("params_active = {", "params_activ = {", "published.params_active"),

@@ -123,10 +123,17 @@ def test_mla_matches_deepseek_v3_by_hand():
 def test_moe_layer_indices():
     assert moe_layer_indices(4, None) == ()
     assert moe_layer_indices(4, MoeSpec(experts=8, experts_per_token=2, expert_ffn_hidden_size=1)) == (0, 1, 2, 3)
-    interleaved = MoeSpec(experts=128, experts_per_token=1, expert_ffn_hidden_size=1, moe_layer_interval=2)
+    # Llama 4 convention (offset = step - 1): layers 1, 3, ..., 47.
+    interleaved = MoeSpec(experts=128, experts_per_token=1, expert_ffn_hidden_size=1, moe_layer_interval=2,
+                          moe_layer_offset=1)
     assert moe_layer_indices(48, interleaved) == tuple(range(1, 48, 2))
+    # DeepSeek convention (offset 0): layers 0, 2, ..., 46.
+    even = MoeSpec(experts=128, experts_per_token=1, expert_ffn_hidden_size=1, moe_layer_interval=2)
+    assert moe_layer_indices(48, even) == tuple(range(0, 48, 2))
     first_dense = MoeSpec(experts=256, experts_per_token=8, expert_ffn_hidden_size=1, first_dense_layers=3)
     assert moe_layer_indices(61, first_dense) == tuple(range(3, 61))
+    forced_dense = MoeSpec(experts=8, experts_per_token=2, expert_ffn_hidden_size=1, dense_layer_indices=(0, 5))
+    assert moe_layer_indices(6, forced_dense) == (1, 2, 3, 4)
 
 
 def test_mixtral_total_active_and_largest_layer():
@@ -145,7 +152,7 @@ def test_mixtral_total_active_and_largest_layer():
 def test_interleaved_moe_counts_dense_layers_with_dense_width():
     # Llama 4 Maverick: 24 dense layers of width 16384, 24 MoE layers (128 experts of 8192 + shared).
     moe = MoeSpec(experts=128, experts_per_token=1, expert_ffn_hidden_size=8192, shared_experts=1,
-                  shared_expert_ffn_hidden_size=8192, moe_layer_interval=2)
+                  shared_expert_ffn_hidden_size=8192, moe_layer_interval=2, moe_layer_offset=1)
     count = llama_style(48, 5120, 40, 8, 16384, 202048, head_dim=128, moe=moe)
     attention = 2 * 5120 * 5120 + 2 * 5120 * 1024
     dense_layer = attention + 2 * 5120 + 3 * 5120 * 16384
@@ -178,6 +185,12 @@ def test_dense_active_equals_total_and_tied_embedding_is_shared():
          "first_dense_layers"),
         (dict(moe=MoeSpec(experts=4, experts_per_token=1, expert_ffn_hidden_size=8, shared_experts=1)),
          "shared_expert_ffn_hidden_size"),
+        (dict(moe=MoeSpec(experts=4, experts_per_token=1, expert_ffn_hidden_size=8, moe_layer_interval=2,
+                          moe_layer_offset=2)), "moe_layer_offset"),
+        (dict(moe=MoeSpec(experts=4, experts_per_token=1, expert_ffn_hidden_size=8, dense_layer_indices=(2,))),
+         "dense_layer_indices"),
+        (dict(moe=MoeSpec(experts=4, experts_per_token=1, expert_ffn_hidden_size=8, dense_layer_indices=(0, 1))),
+         "no MoE layer"),
     ],
 )
 def test_invalid_dimensions_raise_input_error(change, message):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vramopt.models.parameters import moe_layer_count
 from vramopt.types import ModelSpec
 
 REPLICATED_SBH = 10.0
@@ -60,15 +61,9 @@ def activation_shape(model: ModelSpec) -> ActivationShape:
         routed_width = moe.experts_per_token * moe.expert_ffn_hidden_size
         shared_width = moe.shared_experts * moe.shared_expert_ffn_hidden_size
         moe_mlp = 2.0 * matrices_per_inner * (routed_width + shared_width) / h
-        moe_layers = _moe_layer_count(model)
+        moe_layers = moe_layer_count(model.layers, moe)
         mlp = (moe_layers * moe_mlp + (model.layers - moe_layers) * dense_mlp) / model.layers
     return ActivationShape(REPLICATED_SBH, attention + mlp, model.heads, h)
-
-
-def _moe_layer_count(model: ModelSpec) -> int:
-    moe = model.moe
-    candidates = model.layers - moe.first_dense_layers
-    return len(range(moe.moe_layer_interval - 1, candidates, moe.moe_layer_interval))
 
 
 def layer_bytes(

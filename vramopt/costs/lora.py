@@ -48,9 +48,9 @@ def adapter_parameters(model: ModelSpec, rank: int, targets: tuple[str, ...] = L
         per_layer_mlp_total = model.layers * mlp(model.ffn_hidden_size)
     else:
         moe = model.moe
-        from vramopt.costs.activations import _moe_layer_count
+        from vramopt.models.parameters import moe_layer_count
 
-        moe_layers = _moe_layer_count(model)
+        moe_layers = moe_layer_count(model.layers, moe)
         expert = moe.experts * mlp(moe.expert_ffn_hidden_size) + moe.shared_experts * mlp(moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
         per_layer_mlp_total = moe_layers * expert + (model.layers - moe_layers) * mlp(model.ffn_hidden_size)
     return int(model.layers * per_layer_attention + per_layer_mlp_total)

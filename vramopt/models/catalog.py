@@ -22,6 +22,15 @@ CATALOG_DIRECTORY = Path(__file__).parent / "catalog"
 REQUIRED_SOURCES = ("architecture", "params_total")
 
 
+def _layer_indices(reader: TableReader, key: str) -> tuple[int, ...]:
+    values = reader.raw(key, ..., list)
+    if not all(isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values):
+        raise reader.error(key, "must be a list of non-negative layer indices")
+    if len(set(values)) != len(values):
+        raise reader.error(key, "repeats a layer index")
+    return tuple(sorted(values))
+
+
 def _read_moe(reader: TableReader | None) -> MoeSpec | None:
     if reader is None:
         return None
@@ -33,8 +42,12 @@ def _read_moe(reader: TableReader | None) -> MoeSpec | None:
         shared_expert_ffn_hidden_size=reader.integer("shared_expert_ffn_hidden_size", minimum=0),
         moe_layer_interval=reader.integer("moe_layer_interval", minimum=1),
         first_dense_layers=reader.integer("first_dense_layers", minimum=0),
+        moe_layer_offset=reader.integer("moe_layer_offset", minimum=0),
+        dense_layer_indices=_layer_indices(reader, "dense_layer_indices"),
     )
     reader.finish()
+    if moe.moe_layer_offset >= moe.moe_layer_interval:
+        raise reader.error("moe_layer_offset", f"must be less than moe_layer_interval ({moe.moe_layer_interval})")
     if moe.experts_per_token > moe.experts:
         raise reader.error("experts_per_token", f"({moe.experts_per_token}) exceeds experts ({moe.experts})")
     if moe.shared_experts > 0 and moe.shared_expert_ffn_hidden_size == 0:

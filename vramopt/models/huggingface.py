@@ -10,9 +10,11 @@ configuration classes; defaults are the classes' defaults):
   llama: attention_bias (Q/K/V and O) and mlp_bias, default false. qwen2 / qwen2_moe: Q/K/V
   biases, no O bias. mixtral: num_local_experts, num_experts_per_tok.
   qwen2_moe: num_experts, num_experts_per_tok, moe_intermediate_size,
-  shared_expert_intermediate_size, decoder_sparse_step (mlp_only_layers must be empty).
+  shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers (layer i is MoE
+  when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers).
   deepseek_v3: the MLA ranks, n_routed_experts, n_shared_experts, moe_intermediate_size,
-  first_k_dense_replace, moe_layer_freq (must be 1); the multi-token-prediction module
+  first_k_dense_replace, moe_layer_freq (layer i is MoE when i >= first_k_dense_replace
+  and i % moe_layer_freq == 0; ``parameters.moe_layer_indices``); the multi-token-prediction module
   (num_nextn_predict_layers) is not counted.
 - ``opt``: ffn_dim, learned positions max_position_embeddings + 2 (OPT's offset),
   word_embed_proj_dim must equal hidden_size, enable_bias (default true), tied by default.
@@ -30,6 +32,7 @@ from typing import Any, Callable
 
 from vramopt.catalog_files import MAX_CATALOG_FILE_BYTES, TableReader
 from vramopt.errors import CatalogError, InputError
+from vramopt.input_files import display_path, parse_json, read_bounded
 from vramopt.models.parameters import count_parameters
 from vramopt.types import MAX_COUNT, MlaSpec, MoeSpec, ModelSpec
 
@@ -44,28 +47,10 @@ GPT2_FFN_MULTIPLIER = 4
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_FILE_BYTES + 1)
-    except OSError as error:
-        raise CatalogError(f"{path}: cannot read ({error.strerror or error})") from None
-    except ValueError as error:  # a NUL byte in the path
-        raise CatalogError(f"{str(path)!r}: cannot read ({error})") from None
-    if len(raw) > MAX_CONFIG_FILE_BYTES:
-        raise CatalogError(f"{path}: file is larger than the {MAX_CONFIG_FILE_BYTES} bytes allowed for a config.json")
+    def fail(detail: str) -> CatalogError:
+        return CatalogError(f"{display_path(path)}: {detail}")
 
-    def reject_constant(constant: str) -> None:
-        raise ValueError(f"{constant} is not a valid value")
-
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=reject_constant)
-    except UnicodeDecodeError:
-        raise CatalogError(f"{path}: not UTF-8 text") from None
-    except ValueError as error:  # json.JSONDecodeError is a ValueError
-        message = str(error).splitlines()[0]
-        raise CatalogError(f"{path}: not valid JSON ({message})") from None
-    except RecursionError:
-        raise CatalogError(f"{path}: not valid JSON (nested too deeply)") from None
+    data = parse_json(read_bounded(path, MAX_CONFIG_FILE_BYTES, fail), fail, allow_constants=False)
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: the top level must be a JSON object, got {type(data).__name__}")
     return data
@@ -178,8 +163,12 @@ def _moe(config: _ConfigReader, experts_key: str, **values: int) -> MoeSpec:
 def _qwen2_moe(config: _ConfigReader) -> dict[str, Any]:
     fields = _llama_like(config, "qwen2_moe")
     mlp_only_layers = config.data.get("mlp_only_layers") or []
-    if mlp_only_layers:
-        raise config.error("mlp_only_layers", "is not empty; dense layers between MoE layers at given indices are not supported")
+    layers = fields["layers"]
+    if not isinstance(mlp_only_layers, list) or not all(
+        isinstance(index, int) and not isinstance(index, bool) and 0 <= index < layers for index in mlp_only_layers
+    ):
+        raise config.error("mlp_only_layers", f"must be a list of layer indices in [0, {layers})")
+    sparse_step = config.size("decoder_sparse_step", default=1)
     shared_width = config.count("shared_expert_intermediate_size", 0)
     fields["moe"] = _moe(
         config,
@@ -189,7 +178,9 @@ def _qwen2_moe(config: _ConfigReader) -> dict[str, Any]:
         expert_ffn_hidden_size=config.size("moe_intermediate_size"),
         shared_experts=1 if shared_width else 0,
         shared_expert_ffn_hidden_size=shared_width,
-        moe_layer_interval=config.size("decoder_sparse_step", default=1),
+        moe_layer_interval=sparse_step,
+        moe_layer_offset=sparse_step - 1,
+        dense_layer_indices=tuple(sorted(set(mlp_only_layers))),
     )
     return fields
 
@@ -203,8 +194,6 @@ def _deepseek_v3(config: _ConfigReader) -> dict[str, Any]:
         qk_rope_head_dim=config.size("qk_rope_head_dim"),
         v_head_dim=config.size("v_head_dim"),
     )
-    if config.size("moe_layer_freq", default=1) != 1:
-        raise config.error("moe_layer_freq", "other than 1 is not supported")
     shared_experts = config.count("n_shared_experts", 0)
     expert_width = config.size("moe_intermediate_size")
     fields["mla"] = mla
@@ -220,6 +209,8 @@ def _deepseek_v3(config: _ConfigReader) -> dict[str, Any]:
         shared_experts=shared_experts,
         shared_expert_ffn_hidden_size=expert_width if shared_experts else 0,
         first_dense_layers=config.count("first_k_dense_replace", 0),
+        moe_layer_interval=config.size("moe_layer_freq", default=1),
+        moe_layer_offset=0,
     )
     if fields["moe"].first_dense_layers >= fields["layers"]:
         raise config.error("first_k_dense_replace", f"must be less than num_hidden_layers ({fields['layers']})")

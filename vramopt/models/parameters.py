@@ -98,20 +98,36 @@ def mla_attention_parameters(hidden_size: int, heads: int, mla: MlaSpec, norm: s
 
 
 def moe_layer_indices(layers: int, moe: MoeSpec | None) -> tuple[int, ...]:
-    """0-based indices of the MoE layers.
+    """0-based indices of the MoE layers: the one rule every caller uses.
 
-    Layer i is MoE when ``i >= first_dense_layers`` and ``(i + 1) % moe_layer_interval == 0``:
-    with interval 1 every layer after the first dense ones (Mixtral, Llama 4 Scout,
-    DeepSeek-V3); with interval 2 layers 1, 3, 5, ... (Llama 4 Maverick,
-    ``interleave_moe_layer_step``; Qwen2-MoE ``decoder_sparse_step`` uses the same rule).
+    Layer i is MoE when ``i >= first_dense_layers``, ``i % moe_layer_interval ==
+    moe_layer_offset`` and i is not in ``dense_layer_indices``. This covers each framework's
+    own rule by choosing the offset:
+
+    - DeepSeek-V2/V3 (vLLM ``deepseek_v2.py`` ``DeepseekV2DecoderLayer``, DeepSeek's
+      ``modeling_deepseek.py``): ``i >= first_k_dense_replace and i % moe_layer_freq == 0``,
+      so offset 0;
+    - Qwen2-MoE / Qwen3-MoE (transformers ``modeling_qwen2_moe.py``
+      ``Qwen2MoeDecoderLayer``): ``i not in mlp_only_layers and (i + 1) %
+      decoder_sparse_step == 0``, so offset ``step - 1`` and ``dense_layer_indices =
+      mlp_only_layers``;
+    - Llama 4 (transformers ``configuration_llama4.py``): ``moe_layers = range(step - 1,
+      layers, step)`` with ``step = interleave_moe_layer_step``, so offset ``step - 1``;
+    - Mixtral: every layer (interval 1, offset 0).
     """
     if moe is None:
         return ()
+    dense = set(moe.dense_layer_indices)
     return tuple(
         index
-        for index in range(layers)
-        if index >= moe.first_dense_layers and (index + 1) % moe.moe_layer_interval == 0
+        for index in range(moe.first_dense_layers, layers)
+        if index % moe.moe_layer_interval == moe.moe_layer_offset and index not in dense
     )
+
+
+def moe_layer_count(layers: int, moe: MoeSpec | None) -> int:
+    """Number of MoE layers (``len(moe_layer_indices(...))``)."""
+    return len(moe_layer_indices(layers, moe))
 
 
 def _check_positive(**values: int) -> None:
@@ -135,6 +151,15 @@ def _check_moe(moe: MoeSpec, layers: int) -> None:
         raise InputError("shared_expert_ffn_hidden_size must be positive when shared_experts > 0")
     if not 0 <= moe.first_dense_layers < layers:
         raise InputError(f"first_dense_layers must be in [0, {layers}), got {moe.first_dense_layers}")
+    offset = moe.moe_layer_offset
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < moe.moe_layer_interval:
+        raise InputError(f"moe_layer_offset must be in [0, {moe.moe_layer_interval}), got {offset!r}")
+    for index in moe.dense_layer_indices:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < layers:
+            raise InputError(f"dense_layer_indices must hold layer indices in [0, {layers}), got {index!r}")
+    if not moe_layer_indices(layers, moe):
+        raise InputError("the MoE layout leaves no MoE layer (check first_dense_layers, moe_layer_interval, "
+                         "moe_layer_offset and dense_layer_indices)")
 
 
 def _check_mla(mla: MlaSpec) -> None:
@@ -227,7 +252,7 @@ def count_parameters(
     dense_mlp = mlp_parameters(hidden_size, ffn_hidden_size, gated=gated_mlp, bias=mlp_bias)
     dense_layer = attention + layer_norms + dense_mlp
 
-    moe_layers = len(moe_layer_indices(layers, moe))
+    moe_layers = moe_layer_count(layers, moe)
     dense_layers = layers - moe_layers
     total = embedding + norm_parameters(hidden_size, norm) + dense_layers * dense_layer
     active = total
