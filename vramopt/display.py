@@ -379,7 +379,8 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     for point in response["front"]:
         plan, memory, throughput = point["plan"], point["memory"], point["throughput"]
         if serving:
-            techniques = f"tp{plan['tensor_parallel']} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
+            stages = f" pp{plan['pipeline_parallel']}" if plan["pipeline_parallel"] > 1 else ""
+            techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
             techniques = (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
@@ -405,7 +406,8 @@ def _placement_text(gpus_by_node: Mapping[str, Any]) -> str:
 def _plan_brief(plan: Mapping[str, Any]) -> str:
     if "quantization" in plan:
         mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
-        return f"tp{plan['tensor_parallel']} {plan['quantization']} slots={plan['slots']}{mig}"
+        stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
+        return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
     return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
             f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
 

@@ -8,8 +8,9 @@ from typing import Any
 from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice
-from vramopt.optimizer.pareto import exact_front, verify_with_cp_sat
+from vramopt.optimizer.pareto import exact_front, searched_gpu_counts, verify_gpu_counts, verify_with_cp_sat
 from vramopt.optimizer.problem import build_problem
+from vramopt.optimizer.serving_problem import build_serving_problem
 from vramopt.results import SCHEMA, model_summary
 from vramopt.types import SearchSpace, ServingWorkload
 
@@ -20,14 +21,20 @@ def pareto_response(workload, space: SearchSpace, verify: bool = False) -> dict[
     if space.objective != "throughput" or space.min_tokens_per_s is not None:
         raise InputError("the Pareto front covers tokens/s, GPUs and memory at once: --objective and --min-tokens-per-s do not apply")
     started = time.perf_counter()
-    problem = build_problem(workload, space)
+    serving = isinstance(workload, ServingWorkload)
+    # Every GPU count stays in a serving table: the largest-count-per-layout pruning is
+    # exact for max tokens/s only, and would drop every smaller deployment from the front.
+    problem = build_serving_problem(workload, space, prune_counts=False) if serving else build_problem(workload, space)
     front = exact_front(problem)
-    unconfirmed = verify_with_cp_sat(problem, front, workers=space.workers) if verify else None
-    if unconfirmed:
-        raise InputError(f"internal error: CP-SAT does not confirm {len(unconfirmed)} front points")
+    if verify:
+        unconfirmed = verify_with_cp_sat(problem, front, workers=space.workers)
+        if unconfirmed:
+            raise InputError(f"internal error: CP-SAT does not confirm {len(unconfirmed)} front points")
+        beaten = verify_gpu_counts(problem, front, workers=space.workers)
+        if beaten:
+            raise InputError(f"internal error: the front misses plans at {len(beaten)} GPU counts: {'; '.join(beaten[:3])}")
     chosen = min(front, key=lambda point: (point.ticks, point.gpus, point.memory_mib, point.choice.objective[3])) if front else None
     rows = []
-    serving = isinstance(workload, ServingWorkload)
     for point in front:
         plan = decode_choice(problem, point.choice)
         estimate = estimate_serving(workload, plan) if serving else estimate_training(workload, plan)
@@ -51,7 +58,8 @@ def pareto_response(workload, space: SearchSpace, verify: bool = False) -> dict[
         "front": rows,
         "solver": {
             "method": "exact enumeration of the candidate table (the oracle's tables, group-dominance and a 3-D sweep)"
-            + ("; every point certified by CP-SAT" if verify else ""),
+            + (f"; every point certified by CP-SAT, and for each of the {len(searched_gpu_counts(problem))} GPU counts a solve "
+               "pinned to that count finds no plan the front misses" if verify else ""),
             "points": len(rows),
             "candidate_layouts": problem.key_count,
             "wall_time_s": time.perf_counter() - started,

@@ -10,7 +10,14 @@ computed exactly by enumeration over the same integer tables the solver reads:
    unless an earlier one has no more GPUs and no more memory (a prefix minimum over GPU
    counts in a Fenwick tree).
 ``verify_with_cp_sat`` certifies every front point with CP-SAT: maximizing tokens/s with at
-most the point's GPUs and memory must return the point's own objective values.
+most the point's GPUs and memory must return the point's own objective values. That check
+reads the front's own table, so it cannot see a plan the table lacks; ``verify_gpu_counts``
+does not share it: per GPU count, the request pinned to that count is built and solved
+afresh, and its fastest plan must be matched or dominated by a front point.
+
+A serving front is built from a table that keeps every GPU count (``prune_counts=False``):
+the pruning that keeps only each replica layout's largest count is exact for max tokens/s
+but drops every smaller deployment from a front.
 """
 
 from __future__ import annotations
@@ -19,9 +26,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from vramopt.constraints.parallelism import gpu_counts
+from vramopt.constraints.technique import DomainContext
+from vramopt.errors import InputError
+from vramopt.optimizer.domains import domain
 from vramopt.optimizer.objective import constant_mib, rank_of
 from vramopt.optimizer.oracle import Choice
 from vramopt.optimizer.prune import pareto_front
+from vramopt.types import PRECISIONS, TrainingWorkload
+
+MAX_VERIFIED_COUNTS = 1024
+"""--verify solves once per GPU count; a space with more counts is refused rather than run
+for hours (narrow it with --max-gpus or --allow gpus=...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +124,64 @@ def verify_with_cp_sat(problem, front: list[FrontPoint], workers: int = 1) -> li
         if found is None or found.objective[:3] != (point.ticks, point.gpus, point.memory_mib):
             mismatches.append(point)
     return mismatches
+
+
+def _time_s(problem, choice: Choice) -> float:
+    """Seconds of the chosen candidate in floating point (the ticks' unrounded source)."""
+    return float(problem.state.time_s[choice.key, choice.state_item] + problem.activation.time_s[choice.key, choice.activation_item])
+
+
+def searched_gpu_counts(problem) -> list[int]:
+    """The GPU counts the request allows, from its GPU types, --max-gpus, --whole-nodes and
+    any gpus pin/allow/forbid: the same domain the tables are built from, not the tables."""
+    space, workload = problem.space, problem.workload
+    counts: set[int] = set()
+    for gpu in problem.gpus:
+        context = DomainContext(
+            layers=problem.model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus,
+            global_batch=workload.global_batch if isinstance(workload, TrainingWorkload) else 1,
+            allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
+            supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind=workload.kind,
+        )
+        default = gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes)
+        counts.update(count for count in domain("gpus", context, problem.choices, default) if count <= space.max_gpus)
+    return sorted(counts)
+
+
+def verify_gpu_counts(problem, front: list[FrontPoint], workers: int = 1) -> list[str]:
+    """Per GPU count N, the request pinned to N GPUs is built and solved on its own (its own
+    tables and pruning, not the front's table); its fastest plan must be matched or
+    dominated by a front point: no more GPUs, no more MiB per GPU, and no slower, up to one
+    tick of each table's rounding. Returns what is not confirmed, one sentence per count."""
+    from vramopt.optimizer.problem import build_problem
+    from vramopt.optimizer.solve import solve_cp
+
+    counts = searched_gpu_counts(problem)
+    if len(counts) > MAX_VERIFIED_COUNTS:
+        raise InputError(f"--verify solves once per GPU count: {len(counts):,} counts are more than {MAX_VERIFIED_COUNTS:,}; "
+                         "narrow them with --max-gpus or --allow gpus=...")
+    points = [(point.gpus, point.memory_mib, _time_s(problem, point.choice)) for point in front]
+    front_counts = {point.gpus for point in front}
+    problems = []
+    for count in counts:
+        space = replace(problem.space, pin={**problem.space.pin, "gpus": str(count)}, objective="throughput")
+        try:
+            pinned = build_problem(problem.workload, space)
+        except InputError as error:
+            # No layout uses exactly this many GPUs; a count the front holds must build.
+            if count in front_counts:
+                problems.append(f"{count} GPUs: the pinned request is refused ({error})")
+            continue
+        outcome = solve_cp(pinned, time_limit_s=problem.space.time_limit_s, workers=workers)
+        if outcome.status not in ("optimal", "infeasible"):
+            problems.append(f"{count} GPUs: the pinned solve ended {outcome.status}, not proven")
+            continue
+        if outcome.choice is None:
+            continue
+        seconds = _time_s(pinned, outcome.choice)
+        memory_mib = outcome.choice.objective[2]
+        slack_s = 2.0 * (problem.tick_s + pinned.tick_s)
+        if not any(gpus <= count and memory <= memory_mib and time <= seconds + slack_s for gpus, memory, time in points):
+            problems.append(f"{count} GPUs: a plan of {memory_mib:,} MiB per GPU at {seconds:.6g} s per step or token "
+                            "is matched by no front point")
+    return problems
