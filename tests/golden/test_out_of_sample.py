@@ -1,0 +1,140 @@
+"""Golden tests out of sample: published runs that were NOT used to fit ``base_utilization``.
+
+The one fitted coefficient comes from Narayanan et al. 2021 Table 1
+(``test_narayanan_throughput.py``, in sample). These rows are other papers' and
+frameworks' runs, evaluated with vramopt's cost model (``evaluate_training``, what
+``estimate`` calls) on the plan each source describes (``out_of_sample.py``; data and
+sources in ``data/``).
+
+Tolerances, per row (``tolerance_pct`` and ``tolerance_kind`` in the data files):
+
+- "accuracy": today's first-order model is within 8% (the throughput-v2 target's max), and
+  the test holds it there.
+- "regression bound": today's model is further off. The tolerance is the error recorded
+  when the row was added plus 3 points (``error_when_recorded_pct``), so that the test
+  catches a change that makes the row worse; it is NOT an accuracy claim. Reaching the
+  target is the next issue's work (throughput model v2).
+
+Korthikanti et al. 2022 Table 5 (8 iteration times on A100): recorded mean |error| 10.6%,
+max 18.2% (1T, full recomputation). The target, mean <= 3.5% and max <= 8%, belongs to the
+next issue; ``test_table5_meets_the_v2_target`` is a strict xfail until then (it fails
+loudly, as XPASS, the day the model reaches it, so the marker gets removed).
+
+Rows of the calibration set the model cannot express (context or expert parallelism,
+torch.compile, async TP, GPUs outside the catalog, unstated sequence lengths, end-to-end
+serving with prefill) are listed in ``data/published_runs_out_of_sample.csv`` with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from out_of_sample import (
+    KORTHIKANTI_TARGET_MAX,
+    KORTHIKANTI_TARGET_MEAN,
+    calibration_rows,
+    calibration_runs,
+    korthikanti_runs,
+    table5_runs,
+)
+
+TABLE5_MEAN_REGRESSION_BOUND = 0.12
+"""Recorded mean |error| over the eight Table 5 rows 10.6%, plus ~1.5 points."""
+TABLE5_MAX_REGRESSION_BOUND = 0.22
+"""Recorded max |error| 18.2% (1T full recomputation), plus ~4 points."""
+
+SHARED_CALIBRATION = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "published-runs.csv"
+
+
+def _ids(runs):
+    return [run.case_id for run in runs]
+
+
+@pytest.mark.parametrize("run", korthikanti_runs(), ids=_ids(korthikanti_runs()))
+def test_korthikanti_iteration_time_within_its_tolerance(run):
+    values = run.evaluate()
+    error = run.relative_error(values)
+    assert run.tolerance is not None, f"{run.case_id} has no tolerance"
+    assert abs(error) <= run.tolerance, (
+        f"{run.case_id}: vramopt {values['step_time_s']:.2f} s vs published {run.published} s ({error:+.1%}); "
+        f"tolerance {run.tolerance:.0%} ({run.tolerance_kind})"
+    )
+    # Every configuration ran on 80 GB A100s: the model must say it fits (no headroom).
+    assert values["total_bytes"] <= values["capacity_bytes"], f"{run.case_id} ran, but vramopt says it needs {values['total_bytes'] / 1e9:.1f} GB"
+
+
+def test_korthikanti_parameter_counts_match_the_model_sizes():
+    # Table 3's first column: 22B, 175B, 530B, 1T (nominal sizes; GPT count with biases,
+    # layer norms, tied head and 2,048 learned positions).
+    expected = {"22b": 22e9, "175b": 175e9, "530b": 530e9, "1t": 1.0e12}
+    for run in table5_runs():
+        size = run.case_id.split("_")[2]
+        assert run.model.parameters.total == pytest.approx(expected[size], rel=0.01), run.case_id
+
+
+def test_table5_mean_and_max_error_within_the_regression_bounds():
+    errors = np.array([abs(run.relative_error()) for run in table5_runs()])
+    assert errors.size == 8
+    assert errors.mean() <= TABLE5_MEAN_REGRESSION_BOUND, errors
+    assert errors.max() <= TABLE5_MAX_REGRESSION_BOUND, errors
+
+
+@pytest.mark.xfail(strict=True, reason="target of the next issue (throughput model v2): Table 5 mean |error| <= 3.5%, max <= 8%; today 10.6% / 18.2%")
+def test_table5_meets_the_v2_target():
+    errors = np.array([abs(run.relative_error()) for run in table5_runs()])
+    assert errors.mean() <= KORTHIKANTI_TARGET_MEAN and errors.max() <= KORTHIKANTI_TARGET_MAX, errors
+
+
+def test_selective_plus_sequence_parallel_is_faster_than_full_recompute_in_every_row():
+    # The paper's headline (Table 5): 29.0-32.1% higher throughput. vramopt must at least
+    # get the direction right for every model size.
+    by_size = {}
+    for run in table5_runs():
+        by_size.setdefault(run.case_id.split("_")[2], {})[run.case_id.rsplit("_", 1)[1]] = run.evaluate()["step_time_s"]
+    for size, times in by_size.items():
+        assert times["present"] < times["full"], size
+
+
+@pytest.mark.parametrize("run", calibration_runs(), ids=_ids(calibration_runs()))
+def test_calibration_row_within_its_tolerance(run):
+    values = run.evaluate()
+    error = run.relative_error(values)
+    assert run.tolerance is not None, f"{run.case_id} has no tolerance"
+    assert abs(error) <= run.tolerance, (
+        f"{run.case_id}: vramopt {run.predicted(values):.1f} vs published {run.published} {run.metric} ({error:+.1%}); "
+        f"tolerance {run.tolerance:.0%} ({run.tolerance_kind})"
+    )
+
+
+def test_every_calibration_row_is_evaluated_or_has_a_reason():
+    rows = calibration_rows()
+    assert len(rows) == len({row["case_id"] for row in rows}) == 69
+    for row in rows:
+        assert row["source"], row["case_id"]
+        if row["status"] == "expressible":
+            assert row["metric"] and row["published"] and row["mapping"], row["case_id"]
+        else:
+            assert row["status"] == "not_expressible" and row["reason"], row["case_id"]
+
+
+@pytest.mark.skipif(not SHARED_CALIBRATION.is_file(), reason="the shared calibration set is outside this repository")
+def test_copied_rows_match_the_shared_calibration_set():
+    import json
+
+    shared = {row["case_id"]: row for row in csv.DictReader(SHARED_CALIBRATION.open(newline=""))}
+    ours = calibration_rows()
+    assert {row["case_id"] for row in ours} == set(shared)
+    keys = {"tokens_per_s_per_gpu": "tokens_per_sec_per_gpu", "model_tflops_per_gpu": "tflops_per_gpu",
+            "peak_memory_gib": ("peak_memory_gib_max_over_ranks", "peak_memory_gib")}
+    for row in ours:
+        if row["status"] != "expressible":
+            continue
+        expected = json.loads(shared[row["case_id"]]["expected"])
+        names = keys[row["metric"]]
+        value = next(expected[name] for name in (names if isinstance(names, tuple) else (names,)) if name in expected)
+        assert float(row["published"]) == value, row["case_id"]
+        assert row["source"] == shared[row["case_id"]]["source"]
