@@ -280,12 +280,20 @@ def test_micro_batch_compute_time(llama70, b200):
     assert one(compute.micro_batch_compute_seconds(llama70, b200, columns(flash_attention=0), 4096)) > seconds
 
 
-def test_fp8_compute_is_faster_by_peak_ratio_times_utilization_ratio(llama70, b200):
+def test_fp8_compute_runs_at_the_fp8_peak_times_its_utilization_ratio(llama70, b200):
+    """Hand arithmetic, not the coefficient checked against a range it was chosen to land in.
+
+    NVIDIA's HGX B200 specifications give 4.5 PFLOPS BF16 and 9 PFLOPS FP8 with sparsity:
+    2,250 and 4,500 TFLOP/s dense per GPU, a ratio of 2. One micro-batch in FP8 therefore
+    computes 2 x fp8_utilization_ratio times faster than in BF16 (1.7 with the 0.85 that
+    costs/coefficients.py assumes). Whether that ratio is right for real FP8 training is an
+    assumption no test here can confirm: it needs a measured FP8/BF16 step time from outside
+    the project (the seed's 1.6-2x is what the assumption was chosen to reproduce).
+    """
+    assert b200.peak_flops_per_s["bf16"] == 2250e12 and b200.peak_flops_per_s["fp8"] == 4500e12
     bf16 = one(compute.micro_batch_compute_seconds(llama70, b200, columns(), 4096))
     fp8 = one(compute.micro_batch_compute_seconds(llama70, b200, columns(precision="fp8"), 4096))
-    speedup = b200.peak_flops_per_s["fp8"] / b200.peak_flops_per_s["bf16"] * coefficient("fp8_utilization_ratio")
-    assert bf16 / fp8 == pytest.approx(speedup, rel=REL)
-    assert 1.6 <= speedup <= 2.0  # the seed's range for the tensor-core gain
+    assert bf16 / fp8 == pytest.approx(2 * coefficient("fp8_utilization_ratio"), rel=1e-9)
 
 
 def test_unsupported_precision_takes_forever(llama70):

@@ -1,6 +1,7 @@
 """Tiny time limits on large spaces: the answer is labelled (optimal, feasible with a gap,
-timed_out, or one clear error line) and comes back within the limit plus a margin for the
-work the limit does not cover (reading the catalogs, building the tables); never a hang.
+timed_out, or one clear error line), every CP-SAT search gets at most the request's limit
+(recorded, not timed), and nothing hangs (a generous guard, not a speed target: how long
+past the limit answers come is a figure to measure on an idle machine, not to assert).
 
 Also: the key enumeration that made million-GPU spaces take minutes (every count x tp x pp)
 gives exactly the rows, in exactly the order, of the plain loop it replaced.
@@ -34,9 +35,12 @@ from vramopt.optimizer.domains import domain, parsed_user_choices
 from vramopt.optimizer.pack import solve_pack
 from vramopt.types import PRECISIONS, SearchSpace
 
-MARGIN_S = 3.0
-"""Allowed beyond the time limit: table building and the catalogs are not interruptible
-(measured on a 2-core machine: at most ~1.7 s for the cases below)."""
+MARGIN_S = 60.0
+"""A hang guard, not a speed target: a run this far past its limit is stuck. How far past
+the limit answers really come (table building and the catalogs are not interruptible; at
+most ~1.7 s for the cases below on an idle 2-core machine) is a figure to measure, not to
+assert: a tight margin fails on a loaded machine with no bug. What the limit must do is
+checked without a clock by test_the_time_limit_bounds_every_cp_sat_call."""
 HANG_S = 120
 """A run still going after this long is a hang: dump the stacks and stop."""
 
@@ -103,6 +107,55 @@ def test_solve_answers_within_the_limit_with_a_label(case):
         assert "time limit" in result.stderr
     else:
         assert result.exit_code == 2 and data["explanation"]["reason"]
+
+
+@pytest.mark.parametrize("args", [
+    ["solve", "--model", "70b", "--max-gpus", "8"],
+    ["solve", "--model", "70b", "--max-gpus", "32", "--objective", "min-gpus", "--min-tokens-per-s", "50000"],
+    ["solve", "--workload", "infer", "--model", "70b", "--max-gpus", "8"],
+])
+def test_the_time_limit_bounds_every_cp_sat_call(monkeypatch, args):
+    """Issue 11 (tests that can fail): instead of timing the run, record the time limit each
+    CP-SAT search is given. Every one (each stage of the lexicographic objective, the
+    runners-up) must get at most the request's 4 s; a search
+    given CP-SAT's default (no limit) or vramopt's 10 s default fails here on any machine,
+    however fast. 4 s leaves these small requests' tables (well under a second) time to
+    build first, so the searches do run."""
+    from ortools.sat.python import cp_model
+
+    limit_s = 4.0
+    given: list[float] = []
+    original = cp_model.CpSolver.solve
+
+    def recording(self, *solve_args, **solve_kwargs):
+        given.append(self.parameters.max_time_in_seconds)
+        return original(self, *solve_args, **solve_kwargs)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    result, _ = timed([*args, "--time-limit", str(limit_s), "--format", "json"])
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert given, "no CP-SAT search ran"
+    assert max(given) <= limit_s, f"a CP-SAT search was given {max(given)} s for a {limit_s} s request"
+
+
+def test_pack_bounds_every_cp_sat_call(monkeypatch, tmp_path):
+    """The same for pack: every CP-SAT search it runs gets at most the request's limit."""
+    from ortools.sat.python import cp_model
+
+    given: list[float] = []
+    original = cp_model.CpSolver.solve
+
+    def recording(self, *solve_args, **solve_kwargs):
+        given.append(self.parameters.max_time_in_seconds)
+        return original(self, *solve_args, **solve_kwargs)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    cluster, queue = tmp_path / "cluster.json", tmp_path / "jobs.json"
+    cluster.write_text(json.dumps(big_cluster(2)))
+    queue.write_text(json.dumps(many_jobs(4)))
+    result, _ = timed(["pack", "--cluster", str(cluster), "--jobs", str(queue), "--time-limit", "4", "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert given and max(given) <= 4.0, given
 
 
 def test_a_cut_relaxation_search_says_so():
