@@ -275,6 +275,21 @@ SERVING_MEMORY_LABELS = {
 }
 
 
+def _requirement_checks(result: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """A line per service requirement the request sets (--min-slots above 1, --max-latency-ms)."""
+    requirements, throughput = result.get("requirements"), result["throughput"]
+    checks = []
+    if requirements and requirements["min_slots"] > 1:
+        ok = requirements["min_slots_met"]
+        checks.append(("concurrent sequences", ok, f"{throughput['concurrent_slots']:,} {'>=' if ok else '<'} "
+                                                   f"{requirements['min_slots']:,} required (--min-slots)"))
+    if requirements and requirements["max_latency_ms"] is not None:
+        ok = requirements["max_latency_met"]
+        checks.append(("time per output token", ok, f"{throughput['latency_per_token_ms']:,.2f} ms {'<=' if ok else '>'} "
+                                                    f"{requirements['max_latency_ms']:g} ms bound (--max-latency-ms)"))
+    return checks
+
+
 def render_serving(result: Mapping[str, Any]) -> str:
     """The table view of one evaluated serving plan."""
     model, plan, memory, throughput = result["model"], result["plan"], result["memory"], result["throughput"]
@@ -299,12 +314,18 @@ def render_serving(result: Mapping[str, Any]) -> str:
     lines.append("GB = 1e9 bytes")
     lines.append("")
     if memory["fits"]:
-        lines.append(f"FITS\n  {unit} memory  ok    {gb(memory['total_bytes'])} GB <= {gb(capacity * (1 - required))} GB limit; "
-                     f"{percent(memory['headroom_fraction'])} of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
+        memory_text = (f"{gb(memory['total_bytes'])} GB <= {gb(capacity * (1 - required))} GB limit; "
+                       f"{percent(memory['headroom_fraction'])} of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
     else:
-        lines.append(f"DOES NOT FIT\n  {unit} memory  FAIL  {gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit: "
-                     f"over by {gb(memory['total_bytes'] - capacity * (1 - required))} GB\n"
-                     "(throughput below is what this plan would reach if it fit)")
+        memory_text = (f"{gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit: "
+                       f"over by {gb(memory['total_bytes'] - capacity * (1 - required))} GB")
+    checks = [(f"{unit} memory", bool(memory["fits"]), memory_text)] + _requirement_checks(result)
+    met = all(ok for _, ok, _ in checks[1:])
+    lines.append(("FITS" if memory["fits"] else "DOES NOT FIT") + ("" if met else ", requirements NOT MET"))
+    width = max(len(label) for label, _, _ in checks)
+    lines.extend(f"  {label.ljust(width)}  {'ok  ' if ok else 'FAIL'}  {text}" for label, ok, text in checks)
+    if not memory["fits"]:
+        lines.append("(throughput below is what this plan would reach if it fit)")
     lines.append("")
     bound = "memory-bandwidth bound" if throughput["memory_bound"] else "compute bound"
     summary = [

@@ -74,8 +74,18 @@ def _plan_fields(plan: TrainingPlan) -> dict:
 # Serving
 
 
+def check_serving_workload(workload: ServingWorkload) -> None:
+    """The service requirements are well formed (solve, pareto, pack and estimate)."""
+    if isinstance(workload.min_slots, bool) or not isinstance(workload.min_slots, int) or not 1 <= workload.min_slots <= MAX_COUNT:
+        raise InputError(f"min_slots must be an integer from 1 to {MAX_COUNT:,}, got {workload.min_slots!r}")
+    latency = workload.max_latency_ms
+    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) or latency <= 0):
+        raise InputError(f"max latency must be a positive number of milliseconds, got {latency!r}")
+
+
 def serving_case(workload: ServingWorkload, gpu_name: str) -> ServingCase:
     check_headroom(workload.headroom_fraction)
+    check_serving_workload(workload)
     if isinstance(workload.context, bool) or not isinstance(workload.context, int) or workload.context < 1:
         raise InputError(f"context must be a positive integer, got {workload.context!r}")
     model = load_model(workload.model)

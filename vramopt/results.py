@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from vramopt.costs.inference import requirements_met
 from vramopt.costs.training import MEMORY_TERMS
 from vramopt.types import ModelSpec, TrainingPlan, TrainingWorkload
 
@@ -206,6 +207,22 @@ class ServingEstimate(EvaluatedPlan):
             "memory_bound": bool(values["memory_bound"]),
         }
 
+    def requirements_dict(self) -> dict[str, Any]:
+        """The workload's service requirements and whether this plan meets them, by the same
+        test that makes a candidate invalid in solve (``costs.inference.requirements_met``)."""
+        slots_met, latency_met = (bool(met) for met in requirements_met(self.values, self.workload.min_slots, self.workload.max_latency_ms))
+        return {
+            "min_slots": self.workload.min_slots,
+            "min_slots_met": slots_met,
+            "max_latency_ms": self.workload.max_latency_ms,
+            "max_latency_met": latency_met,
+            "met": slots_met and latency_met,
+        }
+
+    @property
+    def meets_requirements(self) -> bool:
+        return self.requirements_dict()["met"]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
@@ -214,6 +231,7 @@ class ServingEstimate(EvaluatedPlan):
             "plan": self.plan_dict(),
             "memory": self.memory_dict(),
             "throughput": self.throughput_dict(),
+            "requirements": self.requirements_dict(),
         }
 
 

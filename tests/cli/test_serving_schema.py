@@ -51,6 +51,8 @@ CASES = {
     "mig-8b-h100": ["--model", "8b", "--gpu", "h100", "--mig-profile", "1g.20gb", "--quantization", "fp8", "--slots", "19"],
     "int4-long-context": ["--model", "8b", "--gpu", "rtx4090", "--quantization", "int4", "--context", "32768", "--slots", "2"],
     "does-not-fit": ["--slots", "512"],
+    "requirements-not-met": ["--min-slots", "100000", "--max-latency-ms", "0.001"],
+    "requirements-met": ["--model", "8b", "--min-slots", "64", "--max-latency-ms", "50", "--slots", "64"],
 }
 
 
@@ -94,6 +96,11 @@ def test_serving_json_is_self_consistent(args):
         assert memory["capacity_bytes"] < 80e9  # the instance's memory, not the GPU's
     assert (memory["draft_model_bytes"] > 0) is plan["speculative_decoding"]
     assert (throughput["tensor_parallel_s"] > 0) is (plan["tensor_parallel"] > 1)
+    requirements = response["requirements"]
+    assert requirements["min_slots_met"] is (throughput["concurrent_slots"] >= requirements["min_slots"])
+    bound = requirements["max_latency_ms"]
+    assert requirements["max_latency_met"] is (bound is None or throughput["latency_per_token_ms"] <= bound)
+    assert requirements["met"] is (requirements["min_slots_met"] and requirements["max_latency_met"])
 
 
 def test_the_seed_case_reports_the_numbers_docs_quote():
@@ -149,7 +156,7 @@ def test_every_serving_key_is_documented_in_the_contract():
     text = CONTRACT_PATH.read_text()
     root = schema()
     keys = set(root["properties"])
-    for name in ("model", "plan", "memory", "throughput"):
+    for name in ("model", "plan", "memory", "throughput", "requirements"):
         keys |= set(root["$defs"][name]["properties"])
     missing = sorted(key for key in keys if not re.search(rf"`{re.escape(key)}`", text))
     assert missing == []

@@ -198,3 +198,12 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         "prefill_time_s": prefill,
         "memory_bound": memory_time >= compute_time,
     }
+
+
+def requirements_met(values, min_slots: int, max_latency_ms: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(at least ``min_slots`` concurrent sequences, time per output token within
+    ``max_latency_ms``), elementwise over ``evaluate_serving``'s values: the one test that
+    makes a candidate invalid in solve and that estimate reports as met or not met."""
+    slots_met = np.asarray(values["concurrent_slots"]) >= min_slots
+    bound_s = max_latency_ms / 1e3 if max_latency_ms is not None else np.inf
+    return slots_met, np.asarray(values["latency_per_token_s"]) <= bound_s

@@ -16,30 +16,23 @@ make items invalid; memory is the headroom rule per GPU or per MIG instance.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import gpu_counts
 from vramopt.constraints.technique import DomainContext
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, serving_invalid_reasons
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met, serving_invalid_reasons
 from vramopt.errors import InputError
-from vramopt.estimate import mig_profile_code, serving_case
+from vramopt.estimate import check_serving_workload, mig_profile_code, serving_case
+
+__all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
 from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
-from vramopt.types import MAX_COUNT, PRECISIONS, SearchSpace, ServingWorkload
+from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
 SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
-
-
-def check_serving_workload(workload: ServingWorkload) -> None:
-    if isinstance(workload.min_slots, bool) or not isinstance(workload.min_slots, int) or not 1 <= workload.min_slots <= MAX_COUNT:
-        raise InputError(f"min_slots must be an integer from 1 to {MAX_COUNT:,}, got {workload.min_slots!r}")
-    latency = workload.max_latency_ms
-    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) or latency <= 0):
-        raise InputError(f"max latency must be a positive number of milliseconds, got {latency!r}")
 
 
 def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_counts: bool = True) -> Problem:
@@ -97,7 +90,6 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
     reserve = np.zeros(key_count * item_count)
     capacity = np.zeros(key_count * item_count)
     valid = np.zeros(key_count * item_count, dtype=bool)
-    latency_bound = workload.max_latency_ms / 1e3 if workload.max_latency_ms is not None else math.inf
     for index, case in enumerate(cases):
         rows = np.flatnonzero(gpu_index == index)
         if rows.size == 0:
@@ -107,8 +99,8 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
         ok = np.ones(rows.size, dtype=bool)
         for mask in serving_invalid_reasons(case, columns).values():
             ok &= ~np.asarray(mask, dtype=bool)
-        ok &= values["latency_per_token_s"] <= latency_bound
-        ok &= values["concurrent_slots"] >= workload.min_slots
+        for met in requirements_met(values, workload.min_slots, workload.max_latency_ms):
+            ok &= met
         ok &= np.isfinite(values["tokens_per_s"]) & (values["tokens_per_s"] > 0)
         memory[rows] = values["total_bytes"] - values["reserve_bytes"]
         reserve[rows] = values["reserve_bytes"]
