@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from vramopt.errors import InputError, show_value
 from vramopt.results import SCHEMA
-from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS
+from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS, lora_field_error
 
 MAX_REQUEST_BYTES = 1_000_000
 """A request is a few hundred bytes; anything above a megabyte is refused unread."""
@@ -125,7 +125,11 @@ def workload_from_dict(data: Any, where: str = "workload"):
     kind = data.get("kind", "train")
     if kind not in WORKLOADS:
         raise _fail(f"{where}.kind", f"'{kind}' is not one of {', '.join(WORKLOADS)}")
-    return _build(ServingWorkload if kind == "infer" else TrainingWorkload, data, where)
+    workload = _build(ServingWorkload if kind == "infer" else TrainingWorkload, data, where)
+    lora_error = lora_field_error(workload) if isinstance(workload, TrainingWorkload) else None
+    if lora_error is not None:
+        raise _fail(f"{where}.{lora_error[0]}", lora_error[1])
+    return workload
 
 
 def _check_schema(data: Any, allowed: tuple[str, ...]) -> dict:

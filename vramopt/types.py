@@ -230,6 +230,38 @@ class TrainingWorkload:
 
 
 TRAINING_KINDS = ("train", "finetune", "lora", "qlora")
+LORA_KINDS = ("lora", "qlora")
+LORA_TARGET_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
+"""The linear layers that may get adapters (attention q/k/v/o, MLP gate/up/down)."""
+MAX_LORA_RANK = 65_536
+"""Largest adapter rank accepted, as the CLI's --lora-rank and the request schema bound it
+(assumption: ranks in use are far smaller -- Hu et al. 2021 study r = 1 to 64, QLoRA
+(Dettmers et al. 2023) uses 64 -- so a larger one is a typo)."""
+
+
+def lora_field_error(workload: TrainingWorkload) -> tuple[str, str] | None:
+    """(field, what is wrong) for a LoRA field out of range, or set on a kind that trains no
+    adapters (where it would be silently ignored); None when the LoRA fields are fine.
+    A field at its default value is accepted on every kind: a request's ``to_dict`` writes
+    every field, and the default changes nothing."""
+    rank, targets = workload.lora_rank, workload.lora_targets
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_LORA_RANK:
+        return "lora_rank", f"must be an integer from 1 to {MAX_LORA_RANK:,}, got {rank!r}"
+    if not isinstance(targets, (tuple, list)) or not targets or any(not isinstance(name, str) for name in targets):
+        return "lora_targets", f"must be a non-empty list of {', '.join(LORA_TARGET_NAMES)}, got {targets!r}"
+    unknown = [name for name in targets if name not in LORA_TARGET_NAMES]
+    if unknown:
+        return "lora_targets", f"'{unknown[0]}' is not one of {', '.join(LORA_TARGET_NAMES)}"
+    repeated = [name for index, name in enumerate(targets) if name in targets[:index]]
+    if repeated:
+        return "lora_targets", f"lists '{repeated[0]}' twice"
+    if workload.kind not in LORA_KINDS:
+        defaults = TrainingWorkload(model=workload.model)
+        for name, value, default in (("lora_rank", rank, defaults.lora_rank), ("lora_targets", tuple(targets), defaults.lora_targets)):
+            if value != default:
+                return name, (f"applies only to workload kinds {' and '.join(LORA_KINDS)} (adapters), not {workload.kind}; "
+                              f"drop it or use kind lora")
+    return None
 WORKLOADS = TRAINING_KINDS + ("infer",)
 
 

@@ -28,14 +28,52 @@ SHORT_NAMES = {
 """Common short names, answered with the plan field's real name (pins use the JSON names)."""
 
 
-def _check_field(field: str) -> None:
+def _check_field(field: str, kind: str | None = None) -> None:
+    """An unknown field is an error naming the close ones (of ``kind``'s plans when given)."""
     if field in registry.BY_FIELD:
         return
-    if field in SHORT_NAMES:
+    known = registry.fields_for(kind) if kind is not None else PINNABLE_FIELDS
+    if field in SHORT_NAMES and SHORT_NAMES[field] in known:
         raise InputError(f"unknown plan field '{field}'; did you mean {SHORT_NAMES[field]}?")
-    close = difflib.get_close_matches(field.lower(), PINNABLE_FIELDS, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else f"the plan fields are: {', '.join(PINNABLE_FIELDS)}"
+    close = difflib.get_close_matches(field.lower(), known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"the plan fields are: {', '.join(known)}"
     raise InputError(f"unknown plan field '{field}'; {hint}")
+
+
+def _workloads_phrase(workloads: tuple[str, ...]) -> str:
+    if workloads == ("infer",):
+        return "serving plans (workload infer)"
+    return f"training plans (workload {', '.join(workloads[:-1])} or {workloads[-1]})"
+
+
+def check_workload_fields(kind: str, space: SearchSpace) -> None:
+    """Refuse what ``kind``'s search would silently ignore: a --pin/--allow/--forbid field
+    that its plans do not have (their fields come from the technique registry, the one
+    place that says which workload a field belongs to), and --allow-fp4 where it adds
+    nothing. The CLI, the API and pack jobs all pass through here."""
+    fields = registry.fields_for(kind)
+    if not fields:
+        return  # an unknown workload kind is refused, with its own message, where the workload is read
+    for option, mapping in (("--allow", space.allow), ("--forbid", space.forbid), ("--pin", space.pin)):
+        for field in mapping:
+            _check_field(field, kind)
+            if field not in fields:
+                raise InputError(
+                    f"{option} {field}: {field} is a field of {_workloads_phrase(registry.technique(field).workloads)}, "
+                    f"not of {kind} plans; the {kind} plan fields are: {', '.join(fields)}"
+                )
+    if not space.allow_fp4:
+        return
+    if kind == "infer":
+        raise InputError("--allow-fp4 adds fp4 to the training precisions and does not apply to workload infer; "
+                         "to serve fp4 weights use --allow quantization=bf16,fp8,fp4")
+    if kind != "train":
+        raise InputError(f"--allow-fp4 adds fp4 to pretraining's default precisions; workload {kind} searches bf16 "
+                         "unless told otherwise: use --allow precision=bf16,fp4")
+    for option, mapping in (("--pin", space.pin), ("--allow", space.allow)):
+        if "precision" in mapping:
+            raise InputError(f"--allow-fp4 adds fp4 to the default precisions, which {option} precision replaces; "
+                             f"list fp4 in {option} precision instead")
 
 
 def _parse_values(field: str, values) -> tuple:
@@ -50,8 +88,11 @@ def _parse_values(field: str, values) -> tuple:
     return tuple(parsed)
 
 
-def parsed_user_choices(space: SearchSpace) -> dict[str, dict[str, tuple]]:
-    """{'allow'|'forbid'|'pin': {field: parsed values}}, validated."""
+def parsed_user_choices(space: SearchSpace, kind: str | None = None) -> dict[str, dict[str, tuple]]:
+    """{'allow'|'forbid'|'pin': {field: parsed values}}, validated; with ``kind``, also
+    that every field belongs to that workload's plans (``check_workload_fields``)."""
+    if kind is not None:
+        check_workload_fields(kind, space)
     result: dict[str, dict[str, tuple]] = {"allow": {}, "forbid": {}, "pin": {}}
     for kind, mapping in (("allow", space.allow), ("forbid", space.forbid), ("pin", space.pin)):
         for field, values in mapping.items():

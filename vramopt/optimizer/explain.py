@@ -199,6 +199,26 @@ def _model_state_sentence(problem: Problem) -> str:
     )
 
 
+def explain_empty_domain(workload, space: SearchSpace, empty, deadline_s: float | None = None) -> Explanation:
+    """Why a request whose choices leave a plan field without a value has no plan
+    (``empty``: an ``empty_domains.EmptyDomain``), and which of its fixes work: each is
+    re-solved, as every relaxation is, within the deadline."""
+    deadline = _Deadline(deadline_s)
+    found: list[Relaxation] = []
+    for change, fields in empty.fixes:
+        result = _try(workload, replace(space, **fields), deadline)
+        if result is not None:
+            found.append(Relaxation(change, _best_detail(result)))
+    if space.pin or space.allow or space.forbid:
+        result = _try(workload, replace(space, pin={}, allow={}, forbid={}), deadline)
+        if result is not None:
+            found.append(Relaxation("drop the --pin/--allow/--forbid choices", _best_detail(result)))
+    reason = empty.reason
+    if deadline.cut:
+        reason += f" (the search for fixes stopped at the {space.time_limit_s:g} s time limit; raise --time-limit to try them all)"
+    return Explanation(reason, "empty_domain", None, None, tuple(found))
+
+
 def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Explanation:
     """Why ``problem`` has no plan, and the relaxations that fix it. ``deadline_s`` (a
     ``time.perf_counter()`` time, usually the end of the request's time limit): no

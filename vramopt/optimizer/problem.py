@@ -31,7 +31,8 @@ from vramopt.errors import InputError
 from vramopt.estimate import check_headroom, training_case
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
-from vramopt.optimizer.domains import domain, grad_comm_domain, parsed_user_choices
+from vramopt.optimizer.domains import check_workload_fields, domain, grad_comm_domain, parsed_user_choices
+from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
@@ -164,9 +165,11 @@ def check_space(space: SearchSpace, workload) -> None:
 
 def build_problem(workload, space: SearchSpace) -> Problem:
     """The problem of a training or a serving workload (``ServingWorkload``)."""
+    check_workload_fields(workload.kind, space)
     if not isinstance(workload, TrainingWorkload):
         from vramopt.optimizer.serving_problem import build_serving_problem
 
+        _raise_on_empty_serving_domain(workload, space)
         return build_serving_problem(workload, space)
     check_space(space, workload)
     model = load_model(workload.model)
@@ -176,6 +179,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     gpus = gpu_types(space, choices)
 
     _check_named_precisions(gpus, choices)
+    raise_on_empty_domain(model, workload, space, choices, gpus)
     key_rows, contexts = [], []
     for gpu_index, gpu in enumerate(gpus):
         context = DomainContext(
@@ -224,6 +228,20 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     )
 
 
+def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
+    """The serving builder's own input checks, in its order, then the empty-domain check
+    (so a malformed request keeps its error, and an emptied field is named)."""
+    from vramopt.estimate import serving_case
+    from vramopt.optimizer.serving_problem import check_serving_workload
+
+    check_space(space, workload)
+    check_serving_workload(workload)
+    choices = parsed_user_choices(space)
+    gpus = gpu_types(space, choices)
+    model = [serving_case(workload, gpu.name) for gpu in gpus][0].model
+    raise_on_empty_domain(model, workload, space, choices, gpus)
+
+
 def gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
     """The GPU types searched: the space's list, narrowed by allow/pin/forbid on 'gpu'.
 
@@ -263,7 +281,9 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     # products (not every count x tp x pp, which is minutes for a million-GPU space), then
     # put them back in the fixed order (count, then tp, then pp, in their domains' order).
     position = {count: index for index, count in enumerate(counts)}
-    data_parallel = [dp for dp in divisors(workload.global_batch) if None in data_parallel_allowed or dp in data_parallel_allowed]
+    data_parallel_forbidden = choices["forbid"].get("data_parallel", ())
+    data_parallel = [dp for dp in divisors(workload.global_batch)
+                     if (None in data_parallel_allowed or dp in data_parallel_allowed) and dp not in data_parallel_forbidden]
     layouts = []
     for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
         if model.heads % t != 0 or model.layers % p != 0:

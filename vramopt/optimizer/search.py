@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice, plan_values
-from vramopt.optimizer.explain import explain_infeasible
+from vramopt.optimizer.empty_domains import EmptyDomainError
+from vramopt.optimizer.explain import explain_empty_domain, explain_infeasible
 from vramopt.optimizer.objective import describe
 from vramopt.optimizer.oracle import solve_exhaustive
 from vramopt.optimizer.problem import build_problem
@@ -42,7 +44,14 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     if engine not in ENGINES:
         raise VramoptError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
     started = time.perf_counter()
-    problem = build_problem(workload, space)
+    try:
+        problem = build_problem(workload, space)
+    except EmptyDomainError as error:
+        # The request's choices leave a plan field empty: infeasible, with that field named.
+        explanation = explain_empty_domain(workload, space, error.empty, started + space.time_limit_s)
+        report = SolverReport(engine=engine, status="infeasible", wall_time_s=time.perf_counter() - started, gap=0.0,
+                              objective=describe(SimpleNamespace(space=space)), objective_value=None, tick_s=0.0, candidates=0)
+        return SolveResult(solver=report, estimate=None, explanation=explanation, workload_kind=workload.kind)
     if engine == "exhaustive":
         choice = solve_exhaustive(problem)
         status, gap, candidates = ("optimal" if choice else "infeasible"), 0.0, problem.key_count
