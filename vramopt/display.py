@@ -13,7 +13,7 @@ import io
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from vramopt.units import BYTES_PER_GB, FLOPS_PER_TFLOPS
+from vramopt.units import BYTES_PER_GB, BYTES_PER_GIB, FLOPS_PER_TFLOPS
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
@@ -479,18 +479,28 @@ def render_gpus(gpus: Sequence[Any]) -> str:
         rows.append(
             [
                 gpu.name,
-                f"{gpu.memory_bytes / BYTES_PER_GB:g}",
+                f"{gpu.datasheet_memory_bytes / BYTES_PER_GB:g}",
+                f"{gpu.memory_bytes / BYTES_PER_GIB:.2f}",
                 f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                 f"{peak['bf16'] / FLOPS_PER_TFLOPS:,.0f}" if "bf16" in peak else "-",
                 f"{peak['fp8'] / FLOPS_PER_TFLOPS:,.0f}" if "fp8" in peak else "-",
-                f"{gpu.nvlink_bandwidth_bytes_per_s / BYTES_PER_GB:g}" if gpu.nvlink_bandwidth_bytes_per_s > 0 else "-",
+                _gpu_link_text(gpu),
                 gpu.node.gpus_per_node,
                 yes_no(bool(gpu.mig_profiles)),
             ]
         )
-    headers = ["gpu", "memory GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s", "GPUs/node", "MIG"]
-    note = "Dense (no sparsity) peaks; NVLink per GPU, one direction; GB = 1e9 bytes. Sources: vramopt gpus --format json"
+    headers = ["gpu", "datasheet GB", "usable GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s", "GPUs/node", "MIG"]
+    note = ("Dense (no sparsity) peaks; usable = the memory the CUDA/HIP runtime reports, the capacity plans fill; "
+            "NVLink per GPU, one direction (a mesh: links x GB/s each); GB = 1e9 bytes, GiB = 2^30. "
+            "Sources: vramopt gpus --format json")
     return table(rows, headers) + "\n" + note
+
+
+def _gpu_link_text(gpu: Any) -> str:
+    if gpu.intra_node_topology == "full_mesh":
+        links = gpu.node.gpus_per_node - 1
+        return f"{gpu.nvlink_bandwidth_bytes_per_s / BYTES_PER_GB:g} ({links}x{gpu.mesh_link_bandwidth_bytes_per_s / BYTES_PER_GB:g} mesh)"
+    return f"{gpu.nvlink_bandwidth_bytes_per_s / BYTES_PER_GB:g}" if gpu.nvlink_bandwidth_bytes_per_s > 0 else "-"
 
 
 def gpus_json(gpus: Sequence[Any]) -> list[dict[str, Any]]:

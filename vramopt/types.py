@@ -62,12 +62,24 @@ class GpuSpec:
     display_name: str
     aliases: tuple[str, ...]
     memory_bytes: int
+    """The capacity the planner fills: device memory as the CUDA/HIP runtime reports it
+    (cudaDeviceProp::totalGlobalMem = torch.cuda.get_device_properties().total_memory),
+    which excludes what the driver reserves (nvidia-smi's memory.total includes it). The
+    headroom rule applies to this figure."""
+    datasheet_memory_bytes: int
+    """The datasheet's memory figure (decimal GB), for display only."""
     hbm_bandwidth_bytes_per_s: float
     peak_flops_per_s: Mapping[str, float]
     """Dense (no sparsity) peak FLOP/s per precision it supports: fp32, bf16, fp16, fp8,
     fp4, int8. A precision missing here is not supported by the GPU's tensor cores."""
     nvlink_bandwidth_bytes_per_s: float
-    """NVLink (or Infinity Fabric) bandwidth per GPU, one direction; 0 when none."""
+    """NVLink (or Infinity Fabric) bandwidth per GPU, one direction, all links added up; 0
+    when none."""
+    intra_node_topology: str
+    """'switch' (NVSwitch: full bandwidth towards any group), 'full_mesh' (one link to each
+    peer: k-1 links in a group of k) or 'pcie' (no GPU-to-GPU fabric)."""
+    mesh_link_bandwidth_bytes_per_s: float
+    """One mesh link, one direction ('full_mesh' only; 0 otherwise)."""
     pcie_generation: int
     pcie_bandwidth_bytes_per_s: float
     """Host link bandwidth per GPU, one direction."""

@@ -2,7 +2,8 @@
 in loaders and at the display edge.
 
 GB means 1e9 bytes (decimal, as GPU datasheets use it); GiB means 2**30 bytes. They are
-not interchangeable: an "80 GB" H100 has 80e9 bytes of usable HBM (about 74.5 GiB).
+not interchangeable: a datasheet's "80 GB" is 80e9 bytes (74.5 GiB), while the CUDA
+runtime of that H100 reports 85,045,477,376 bytes (79.2 GiB), the capacity plans fill.
 """
 
 from __future__ import annotations

@@ -26,20 +26,23 @@ def invoke(args):
 def test_gpus_table_lists_every_gpu_with_its_columns():
     output = invoke(["gpus"])
     header = output.splitlines()[0]
-    for column in ("gpu", "memory GB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s", "GPUs/node", "MIG"):
+    for column in ("gpu", "datasheet GB", "usable GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s", "GPUs/node", "MIG"):
         assert column in header
     rows = {line.split()[0]: line.split() for line in output.splitlines()[2:] if line and not line.startswith("Dense")}
     assert set(gpu_names()) <= set(rows)
     b200 = rows["b200"]
-    assert b200[1] == "180" and b200[3] == "2,250" and b200[-1] == "yes"
-    assert rows["a100-40gb"][4] == "-"  # no fp8 tensor cores on Ampere
+    # Datasheet 180 GB; usable 182642 MiB = 178.36 GiB as the CUDA runtime reports it.
+    assert b200[1] == "180" and b200[2] == "178.36" and b200[4] == "2,250" and b200[-1] == "yes"
+    assert rows["a100-40gb"][5] == "-"  # no fp8 tensor cores on Ampere
+    assert rows["mi300x"][6:8] == ["448", "(7x64"]  # seven 64 GB/s Infinity Fabric links
 
 
 def test_gpus_json_has_every_field_and_its_sources():
     gpus = {gpu["name"]: gpu for gpu in json.loads(invoke(["gpus", "--format", "json"]))}
     assert set(gpus) == set(gpu_names())
     b200 = gpus["b200"]
-    assert b200["memory_bytes"] == 180_000_000_000
+    assert b200["memory_bytes"] == 182_642 * 2**20  # CUDA runtime total (catalog source)
+    assert b200["datasheet_memory_bytes"] == 180_000_000_000
     assert b200["peak_flops_per_s"]["bf16"] == pytest.approx(2.25e15)
     assert "b200-180gb" in b200["aliases"]
     for field in ("hbm_bandwidth_bytes_per_s", "nvlink_bandwidth_bytes_per_s", "pcie_bandwidth_bytes_per_s",

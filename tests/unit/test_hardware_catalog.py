@@ -43,9 +43,11 @@ name = "testgpu"
 display_name = "Test GPU"
 aliases = ["test-alias"]
 notes = "for tests"
-memory_gb = { value = 80, source = "test datasheet" }
+datasheet_memory_gb = { value = 80, source = "test datasheet" }
+runtime_memory_mib = { value = 81106, source = "test deviceQuery" }
 hbm_bandwidth_tb_per_s = { value = 3.35, source = "test datasheet" }
 nvlink_gb_per_s = { value = 450, source = "test datasheet" }
+intra_node_topology = { value = "switch", source = "test server" }
 pcie_generation = { value = 5, source = "test datasheet" }
 pcie_gb_per_s = { value = 64, source = "test datasheet" }
 
@@ -159,29 +161,40 @@ def test_numeric_field_discovery_sees_the_fields() -> None:
 
 def test_rtx6090_is_marked_as_the_seeds_assumption_throughout() -> None:
     gpu = load_gpu("rtx6090")
-    assert gpu.memory_bytes == 48 * 10**9
+    assert gpu.datasheet_memory_bytes == 48 * 10**9
+    # A 48 GB GDDR card as the CUDA runtime reports one (RTX 6000 Ada deviceQuery).
+    assert gpu.memory_bytes == 51_002_867_712
     for field_name, source in [*gpu.sources.items(), *gpu.node.sources.items()]:
         assert source.startswith("assumption:"), f"rtx6090 {field_name}: {source}"
 
 
 def test_b200_is_the_180_gb_shipping_part_and_the_seed_figure_is_separate() -> None:
-    assert load_gpu("b200").memory_bytes == 180 * 10**9
-    assert load_gpu("b200-192gb").memory_bytes == 192 * 10**9
+    assert load_gpu("b200").datasheet_memory_bytes == 180 * 10**9
+    assert load_gpu("b200-192gb").datasheet_memory_bytes == 192 * 10**9
     assert load_gpu("b200").notes  # explains why 180 GB and not 192 GB
-    assert load_gpu("gb200").memory_bytes == 186 * 10**9
+    assert load_gpu("gb200").datasheet_memory_bytes == 186 * 10**9
+    # Runtime totals: B200 182642 MiB (hashcat's CUDA listing beside nvidia-smi 183359 MiB);
+    # the others derived from it (assumptions in the catalog sources).
+    assert load_gpu("b200").memory_bytes == 182_642 * 2**20
+    assert load_gpu("b200-192gb").memory_bytes == 194_818 * 2**20
+    assert load_gpu("gb200").memory_bytes == 188_754 * 2**20
     assert load_gpu("gb200").node.gpus_per_node == 72
 
 
 def test_published_figures_in_internal_units() -> None:
     h100 = load_gpu("h100")
-    assert h100.memory_bytes == 80 * 10**9
+    # deviceQuery on an H100 80GB HBM3: 85045477376 bytes (nvidia-smi: 81559 MiB).
+    assert h100.memory_bytes == 85_045_477_376
+    assert h100.datasheet_memory_bytes == 80 * 10**9
     assert h100.hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12)
     assert h100.peak_flops_per_s["bf16"] == pytest.approx(989.5e12)
     assert h100.peak_flops_per_s["fp8"] == pytest.approx(1979e12)
     assert h100.node.network_bandwidth_bytes_per_s_per_gpu == pytest.approx(50e9)
     assert h100.node.framework_reserve_bytes == 2 * 2**30
     assert load_gpu("a100-80gb").peak_flops_per_s["bf16"] == pytest.approx(312e12)
-    assert load_gpu("mi300x").memory_bytes == 192 * 10**9
+    # HIP runtime on an MI300X: 196592 MiB; the datasheet says 192 GB.
+    assert load_gpu("mi300x").memory_bytes == 196_592 * 2**20
+    assert load_gpu("mi300x").datasheet_memory_bytes == 192 * 10**9
 
 
 @pytest.mark.parametrize("name", ["a100-40gb", "a100-80gb"])
@@ -254,7 +267,8 @@ def test_mig_profiles_are_geometrically_valid(name: str) -> None:
         assert gpu.mig_profile(profile.name) is profile
     full = [profile for profile in gpu.mig_profiles if profile.compute_slices == 7]
     assert len(full) == 1 and full[0].memory_slices == MIG_MEMORY_SLICES
-    assert full[0].memory_bytes == gpu.memory_bytes
+    # The MIG guide's full profile is the datasheet figure, within what the runtime reports.
+    assert full[0].memory_bytes == gpu.datasheet_memory_bytes <= gpu.memory_bytes
 
 
 @pytest.mark.parametrize("name", NO_MIG_GPUS)
@@ -286,17 +300,22 @@ def test_minimal_file_loads(tmp_path: Path) -> None:
     gpu = load_gpu_file(write_gpu(tmp_path))
     assert gpu.name == "testgpu"
     assert gpu.aliases == ("test-alias",)
-    assert gpu.memory_bytes == 80 * 10**9
+    assert gpu.memory_bytes == 81106 * 2**20
+    assert gpu.datasheet_memory_bytes == 80 * 10**9
+    assert gpu.intra_node_topology == "switch" and gpu.mesh_link_bandwidth_bytes_per_s == 0
     assert gpu.mig_profiles[1].placement_starts == (0, 4)
     assert gpu.sources["peak_flops_per_s.bf16"] == "test datasheet"
 
 
 def test_memory_gib_is_binary(tmp_path: Path) -> None:
-    text = edited('memory_gb = { value = 80, source = "test datasheet" }',
-                  'memory_gib = { value = 80, source = "nvidia-smi, GiB" }')
+    text = edited('runtime_memory_mib = { value = 81106, source = "test deviceQuery" }',
+                  'runtime_memory_gib = { value = 79, source = "torch, GiB" }')
     gpu = parse_gpu_file(write_gpu(tmp_path, text))
-    assert gpu.memory_bytes == 80 * 2**30
-    assert gpu.sources["memory_bytes"] == "nvidia-smi, GiB"
+    assert gpu.memory_bytes == 79 * 2**30
+    assert gpu.sources["memory_bytes"] == "torch, GiB"
+    bytes_text = edited('runtime_memory_mib = { value = 81106, source = "test deviceQuery" }',
+                        'runtime_memory_bytes = { value = 85045477376, source = "deviceQuery" }')
+    assert parse_gpu_file(write_gpu(tmp_path, bytes_text)).memory_bytes == 85_045_477_376
 
 
 def test_network_gigabits_become_bytes(tmp_path: Path) -> None:
@@ -334,7 +353,7 @@ def test_unknown_node_key(tmp_path: Path) -> None:
 def test_unknown_key_inside_a_quantity(tmp_path: Path) -> None:
     path = write_gpu(tmp_path, edited('{ value = 80, source = "test datasheet" }',
                                       '{ value = 80, source = "test datasheet", unit = "GB" }'))
-    assert_catalog_error(path, "memory_gb.unit", "is not a known key")
+    assert_catalog_error(path, "datasheet_memory_gb.unit", "is not a known key")
 
 
 def test_unknown_precision(tmp_path: Path) -> None:
@@ -371,8 +390,9 @@ def test_empty_source(tmp_path: Path) -> None:
 
 
 def test_bare_number_instead_of_sourced_value_is_wrong_type(tmp_path: Path) -> None:
-    path = write_gpu(tmp_path, edited('memory_gb = { value = 80, source = "test datasheet" }', "memory_gb = 80"))
-    assert_catalog_error(path, "memory_gb", "wrong type")
+    path = write_gpu(tmp_path, edited('datasheet_memory_gb = { value = 80, source = "test datasheet" }',
+                                      "datasheet_memory_gb = 80"))
+    assert_catalog_error(path, "datasheet_memory_gb", "wrong type")
 
 
 def test_string_value_is_wrong_type(tmp_path: Path) -> None:
@@ -392,8 +412,8 @@ def test_boolean_is_not_a_number(tmp_path: Path) -> None:
 
 def test_two_units_for_one_quantity(tmp_path: Path) -> None:
     path = write_gpu(tmp_path, edited('notes = "for tests"',
-                                      'notes = "for tests"\nmemory_gib = { value = 80, source = "x" }'))
-    assert_catalog_error(path, "memory_gib", "duplicates 'memory_gb'")
+                                      'notes = "for tests"\nruntime_memory_gib = { value = 79, source = "x" }'))
+    assert_catalog_error(path, "runtime_memory_gib", "duplicates 'runtime_memory_mib'")
 
 
 def test_negative_quantity(tmp_path: Path) -> None:
@@ -402,8 +422,8 @@ def test_negative_quantity(tmp_path: Path) -> None:
 
 
 def test_zero_memory(tmp_path: Path) -> None:
-    path = write_gpu(tmp_path, edited('memory_gb = { value = 80,', 'memory_gb = { value = 0,'))
-    assert_catalog_error(path, "memory_gb", "greater than 0")
+    path = write_gpu(tmp_path, edited('runtime_memory_mib = { value = 81106,', 'runtime_memory_mib = { value = 0,'))
+    assert_catalog_error(path, "runtime_memory_mib", "greater than 0")
 
 
 def test_malformed_toml(tmp_path: Path) -> None:
@@ -489,5 +509,81 @@ def test_catalog_directory_without_files(tmp_path: Path) -> None:
 
 def test_mig_instances_together_larger_than_the_gpu(tmp_path: Path) -> None:
     path = write_gpu(tmp_path, edited('memory_gb = { value = 40, source = "test guide" }',
-                                      'memory_gb = { value = 41, source = "test guide" }'))
+                                      'memory_gb = { value = 43, source = "test guide" }'))
+    # 2 x 43 GB = 86 GB > the 81106 MiB (85.05 GB) the runtime reports.
     assert_catalog_error(path, "mig_profiles[1].max_instances", "more memory than the GPU has")
+
+
+# --- capacity and intra-node topology (issue 11 items 16 and 17) ---------------------------
+
+
+def test_old_memory_key_is_refused(tmp_path: Path) -> None:
+    path = write_gpu(tmp_path, edited('datasheet_memory_gb = { value = 80, source = "test datasheet" }',
+                                      'datasheet_memory_gb = { value = 80, source = "test datasheet" }\n'
+                                      'memory_gb = { value = 80, source = "test datasheet" }'))
+    assert_catalog_error(path, "memory_gb", "is not a known key")
+
+
+@pytest.mark.parametrize("value", ["79.2", "81106000"])
+def test_runtime_memory_in_the_wrong_unit_is_refused(tmp_path: Path, value: str) -> None:
+    # 79.2 written as MiB, or bytes written as MiB: far outside 72 GB..80 GiB.
+    path = write_gpu(tmp_path, edited("runtime_memory_mib = { value = 81106,", f"runtime_memory_mib = {{ value = {value},"))
+    assert_catalog_error(path, "runtime_memory_mib", "check the unit")
+
+
+def test_unknown_topology_is_refused(tmp_path: Path) -> None:
+    path = write_gpu(tmp_path, edited('{ value = "switch",', '{ value = "torus",'))
+    assert_catalog_error(path, "intra_node_topology.value", "must be one of switch, full_mesh, pcie")
+
+
+def test_missing_topology_is_refused(tmp_path: Path) -> None:
+    path = write_gpu(tmp_path, edited('intra_node_topology = { value = "switch", source = "test server" }\n', ""))
+    assert_catalog_error(path, "intra_node_topology", "is missing")
+
+
+def test_pcie_topology_needs_no_gpu_link(tmp_path: Path) -> None:
+    path = write_gpu(tmp_path, edited('{ value = "switch",', '{ value = "pcie",'))
+    assert_catalog_error(path, "intra_node_topology", "'pcie' means no NVLink")
+    no_link = edited('nvlink_gb_per_s = { value = 450,', 'nvlink_gb_per_s = { value = 0,')
+    assert_catalog_error(write_gpu(tmp_path, no_link), "intra_node_topology", "'pcie' means no NVLink")
+
+
+MESH = edited('intra_node_topology = { value = "switch", source = "test server" }',
+              'intra_node_topology = { value = "full_mesh", source = "test baseboard" }\n'
+              'mesh_link_gb_per_s = { value = 64, source = "test white paper" }',
+              edited('nvlink_gb_per_s = { value = 450,', 'nvlink_gb_per_s = { value = 448,'))
+
+
+def test_full_mesh_loads_with_its_link(tmp_path: Path) -> None:
+    gpu = parse_gpu_file(write_gpu(tmp_path, MESH))
+    assert gpu.intra_node_topology == "full_mesh"
+    assert gpu.mesh_link_bandwidth_bytes_per_s == pytest.approx(64e9)
+    assert gpu.sources["mesh_link_bandwidth_bytes_per_s"] == "test white paper"
+
+
+def test_full_mesh_links_must_add_up_to_the_gpu_total(tmp_path: Path) -> None:
+    path = write_gpu(tmp_path, edited("mesh_link_gb_per_s = { value = 64,", "mesh_link_gb_per_s = { value = 128,", MESH))
+    assert_catalog_error(path, "mesh_link_gb_per_s", "differs from the GPU's link total 448 GB/s")
+
+
+def test_full_mesh_needs_its_link_and_only_a_mesh_has_one(tmp_path: Path) -> None:
+    missing = edited('mesh_link_gb_per_s = { value = 64, source = "test white paper" }', "", MESH)
+    with pytest.raises(CatalogError, match="'mesh_link_gb_per_s' is missing"):
+        parse_gpu_file(write_gpu(tmp_path, missing))
+    on_switch = edited('intra_node_topology = { value = "switch", source = "test server" }',
+                       'intra_node_topology = { value = "switch", source = "test server" }\n'
+                       'mesh_link_gb_per_s = { value = 64, source = "x" }')
+    assert_catalog_error(write_gpu(tmp_path, on_switch), "mesh_link_gb_per_s", "only for intra_node_topology 'full_mesh'")
+
+
+def test_shipped_topologies() -> None:
+    """MI300X is the one mesh (AMD: 7 Infinity Fabric links, one to each peer); cards
+    without NVLink are 'pcie'; the NVLink parts sit behind NVSwitch."""
+    topologies = {gpu.name: gpu.intra_node_topology for gpu in all_gpus()}
+    assert topologies["mi300x"] == "full_mesh"
+    assert {name for name, kind in topologies.items() if kind == "pcie"} == {"rtx4090", "rtx5090", "rtx6090", "l40s", "h100-pcie"}
+    assert {name for name, kind in topologies.items() if kind == "switch"} == {
+        "a100-40gb", "a100-80gb", "h100", "h200", "b200", "b200-192gb", "gb200"}
+    mi300x = load_gpu("mi300x")
+    assert mi300x.mesh_link_bandwidth_bytes_per_s == pytest.approx(64e9)
+    assert mi300x.nvlink_bandwidth_bytes_per_s == pytest.approx(7 * 64e9)

@@ -37,9 +37,12 @@ def test_qlora_70b_fits_one_rtx6090_only_by_offloading_and_says_what_does_not_fi
     workload = TrainingWorkload(model="70b", kind="qlora", seq_len=2048, global_batch=16)
     resident = solve(workload, SearchSpace(gpus=("rtx6090",), max_gpus=1, forbid={"offload": ("cpu", "nvme")}))
     assert resident.estimate is None
-    assert "needs" in resident.explanation.reason and "rtx6090 allows 43.2 GB" in resident.explanation.reason
+    # 90% of the rtx6090's capacity, 51,002,867,712 bytes (a 48 GB card as the CUDA runtime reports it).
+    assert "needs" in resident.explanation.reason and "rtx6090 allows 45.9 GB" in resident.explanation.reason
     offloaded = solve(workload, SearchSpace(gpus=("rtx6090",), max_gpus=1))
-    assert offloaded.estimate.fits and offloaded.estimate.plan.offload == "nvme"
+    # Which offload wins depends on the capacity: at the runtime-reported 51.0 GB, moving the
+    # optimizer states to host RAM is enough; what this test pins is that only offloading fits.
+    assert offloaded.estimate.fits and offloaded.estimate.plan.offload in ("cpu", "nvme")
     assert offloaded.estimate.lora_dict()["frozen_bytes_per_param"] < 0.6  # NF4 base, bf16 embeddings
 
 

@@ -2,8 +2,13 @@
 
 Ring all-reduce moves ``2*(n-1)/n`` times the buffer per GPU, reduce-scatter and all-gather
 ``(n-1)/n`` each (Patarasuk & Yuan 2009; NCCL's bus-bandwidth convention). Each collective
-runs at the bandwidth of the slowest link it crosses: NVLink inside the node, the per-GPU
-network share across nodes, PCIe for cards without NVLink.
+runs at the bandwidth of the slowest link it crosses: inside the node the GPU-to-GPU fabric,
+across nodes the per-GPU network share. The fabric's per-GPU bandwidth depends on its
+topology (``GpuSpec.intra_node_topology``, sources in the catalog): behind a switch
+(NVSwitch) a GPU has its full NVLink bandwidth towards any group; on a fully connected mesh
+(MI300X Infinity Fabric: one link to each peer) a GPU in a group of k reaches its k-1 peers
+over k-1 links, so it has (k-1) x the link bandwidth (RCCL spreads a collective over all of
+them); without a fabric each card uses its PCIe link. All figures are per direction.
 
 Tensor parallelism (Shoeybi et al. 2019): two all-reduces of ``s*b*h`` activations per layer
 in the forward pass and two in the backward, two more when the forward is recomputed;
@@ -28,14 +33,26 @@ TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER = 4
 RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER = 2
 
 
-def intra_node_bandwidth(gpu: GpuSpec) -> float:
-    return gpu.nvlink_bandwidth_bytes_per_s if gpu.nvlink_bandwidth_bytes_per_s > 0 else gpu.pcie_bandwidth_bytes_per_s
+def intra_node_bandwidth(gpu: GpuSpec, group_size=None):
+    """Per-GPU, one-direction bandwidth towards the other members of a group of
+    ``group_size`` GPUs of one node (the whole node when ``None``)."""
+    if gpu.intra_node_topology == "pcie":
+        return gpu.pcie_bandwidth_bytes_per_s
+    if gpu.intra_node_topology == "full_mesh":
+        size = gpu.node.gpus_per_node if group_size is None else np.minimum(group_size, gpu.node.gpus_per_node)
+        # A group of one moves nothing; one link keeps the division defined.
+        peers = np.maximum(np.asarray(size, dtype=float) - 1.0, 1.0)
+        return peers * gpu.mesh_link_bandwidth_bytes_per_s
+    return gpu.nvlink_bandwidth_bytes_per_s
 
 
-def group_bandwidth(gpu: GpuSpec, span_gpus: np.ndarray) -> np.ndarray:
-    """Per-GPU bandwidth of a collective whose consecutive ranks span ``span_gpus`` GPUs."""
-    inside = span_gpus <= gpu.node.gpus_per_node
-    bandwidth = np.where(inside, intra_node_bandwidth(gpu), gpu.node.network_bandwidth_bytes_per_s_per_gpu)
+def group_bandwidth(gpu: GpuSpec, group_size, span_gpus) -> np.ndarray:
+    """Per-GPU bandwidth of a collective among ``group_size`` ranks whose consecutive ranks
+    span ``span_gpus`` GPUs (a data-parallel group strided by the tensor-parallel degree
+    spans ``tp * dp``): the intra-node fabric while the span fits one node, the network
+    share across nodes; times the collective efficiency."""
+    inside = np.asarray(span_gpus) <= gpu.node.gpus_per_node
+    bandwidth = np.where(inside, intra_node_bandwidth(gpu, group_size), gpu.node.network_bandwidth_bytes_per_s_per_gpu)
     return bandwidth * coefficient("collective_bandwidth_efficiency")
 
 
@@ -48,7 +65,8 @@ def tensor_parallel_seconds_per_micro_batch(
     count = TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER + np.where(
         columns.checkpoint_kind == CHECKPOINT_EVERY, RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, 0
     )
-    per_all_reduce = 2.0 * (t - 1.0) / t * message / group_bandwidth(gpu, columns.tensor_parallel)
+    bandwidth = group_bandwidth(gpu, columns.tensor_parallel, columns.tensor_parallel)
+    per_all_reduce = 2.0 * (t - 1.0) / t * message / bandwidth
     return layers_per_stage * count * per_all_reduce
 
 
@@ -70,7 +88,7 @@ def data_parallel_seconds_per_step(
     fraction = (dp - 1.0) / dp
     gradient_bytes = parameters_per_gpu * trainable_fraction * PRECISION_BYTES[columns.grad_comm_precision]
     weight_bytes = parameters_per_gpu * weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
-    bandwidth = group_bandwidth(gpu, columns.tensor_parallel * columns.data_parallel)
+    bandwidth = group_bandwidth(gpu, columns.data_parallel, columns.tensor_parallel * columns.data_parallel)
     replicated = 2.0 * fraction * gradient_bytes
     sharded = micro_batches * fraction * (2.0 * weight_bytes + gradient_bytes)
     volume = np.where(columns.zero_stage >= 3, sharded, replicated)

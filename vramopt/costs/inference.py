@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.communication import intra_node_bandwidth
+from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes_per_token
 from vramopt.costs.precision import BYTES_PER_ELEMENT
 from vramopt.types import GpuSpec, ModelSpec
@@ -163,8 +163,8 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         memory_time = bytes_per_step / bandwidth
         compute_time = verified * slots * flops_per_token / t / flops_rate
         message = verified * slots * model.hidden_size * 2.0
-        link = np.where(t <= gpu.node.gpus_per_node, intra_node_bandwidth(gpu), gpu.node.network_bandwidth_bytes_per_s_per_gpu)
-        all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / (link * coefficient("collective_bandwidth_efficiency"))
+        link = group_bandwidth(gpu, t, t)
+        all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / link
         tensor_parallel_time = np.where(t > 1, 2.0 * model.layers * all_reduce, 0.0)
         target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time
         draft_bytes = model.params_total * case.draft_params_fraction * weight_bytes / t + kv_read * case.draft_kv_fraction / kv_split

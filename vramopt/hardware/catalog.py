@@ -30,6 +30,19 @@ MIG_COMPUTE_SLICES = 7
 """Compute slices of a MIG-capable GPU (at most seven GPU instances)."""
 
 MEMORY_UNITS = ("_gb", "_gib")
+RUNTIME_MEMORY_UNITS = ("_bytes", "_mib", "_gib")
+"""Units of ``runtime_memory``: the runtime reports bytes (cudaDeviceProp::totalGlobalMem,
+torch's total_memory), deviceQuery MiB, PyTorch's messages GiB."""
+
+TOPOLOGIES = ("switch", "full_mesh", "pcie")
+"""How the GPUs of one node reach each other:
+
+- ``switch``: through a switch (NVSwitch, NVLink Switch): every GPU keeps its full NVLink
+  bandwidth towards any group of peers;
+- ``full_mesh``: one direct link to each peer (AMD Infinity Fabric on MI300X): a GPU in a
+  group of k reaches its k-1 peers over k-1 links;
+- ``pcie``: no GPU-to-GPU fabric; traffic goes over each card's PCIe link.
+"""
 BANDWIDTH_UNITS = ("_tb_per_s", "_gb_per_s")
 HOST_MEMORY_UNITS = ("_gb", "_gib", "_tb")
 STORAGE_UNITS = ("_tb", "_gb")
@@ -191,6 +204,67 @@ def _mig_profiles(reader: TableReader, gpu_memory_bytes: float) -> tuple[MigProf
     return tuple(profiles)
 
 
+def _sourced_text(reader: TableReader, key: str, choices: tuple[str, ...]) -> tuple[str, str]:
+    """Read ``key = { value = "text", source = "..." }`` where the text is one of ``choices``."""
+    entry = reader.sub(key)
+    value = entry.text("value")
+    if value not in choices:
+        raise entry.error("value", f"must be one of {', '.join(choices)}, got '{value}'")
+    source = entry.text("source")
+    entry.finish()
+    return value, source
+
+
+def _topology(reader: TableReader, nvlink_bytes_per_s: float, gpus_per_node: int) -> tuple[str, float, dict[str, str]]:
+    """The intra-node topology, the per-link bandwidth of a mesh, and their sources.
+
+    A mesh's ``nvlink`` figure must be its links added up (one to each other GPU of the
+    node), so the aggregate and the per-link figures cannot disagree."""
+    sources: dict[str, str] = {}
+    topology, sources["intra_node_topology"] = _sourced_text(reader, "intra_node_topology", TOPOLOGIES)
+    if (topology == "pcie") != (nvlink_bytes_per_s == 0):
+        raise reader.error(
+            "intra_node_topology", f"is '{topology}' but the GPU-to-GPU link bandwidth is {nvlink_bytes_per_s / 1e9:g} GB/s "
+            "('pcie' means no NVLink or Infinity Fabric, and only it)"
+        )
+    link_keys = [key for key in ("mesh_link_gb_per_s",) if reader.has(key)]
+    if topology != "full_mesh":
+        if link_keys:
+            raise reader.error(link_keys[0], f"is only for intra_node_topology 'full_mesh', not '{topology}'")
+        assumed = "assumption: " if sources["intra_node_topology"].startswith("assumption:") else ""
+        sources["mesh_link_bandwidth_bytes_per_s"] = f"{assumed}not a mesh (intra_node_topology '{topology}')"
+        return topology, 0.0, sources
+    link, sources["mesh_link_bandwidth_bytes_per_s"] = _scaled_quantity(reader, "mesh_link", ("_gb_per_s",), positive=True)
+    if gpus_per_node < 2:
+        raise reader.error("intra_node_topology", "is 'full_mesh' but the node holds one GPU")
+    aggregate = (gpus_per_node - 1) * link
+    if abs(aggregate - nvlink_bytes_per_s) > 1e-6 * aggregate:
+        raise reader.error(
+            "mesh_link_gb_per_s",
+            f"x {gpus_per_node - 1} peers = {aggregate / 1e9:g} GB/s differs from the GPU's link total "
+            f"{nvlink_bytes_per_s / 1e9:g} GB/s",
+        )
+    return topology, link, sources
+
+
+def _runtime_memory(reader: TableReader, datasheet_bytes: float) -> tuple[float, str]:
+    """The memory the runtime reports, checked against the datasheet figure.
+
+    Every reading in the catalog lies between 90% of the datasheet figure read as decimal
+    GB and the same figure read as GiB (an "80 GB" H100 reports 79.2 GiB); a value outside
+    that range is a unit written wrong."""
+    memory, source = _scaled_quantity(reader, "runtime_memory", RUNTIME_MEMORY_UNITS, positive=True)
+    datasheet_gb = datasheet_bytes / SUFFIX_FACTORS["_gb"]
+    low, high = 0.9 * datasheet_bytes, datasheet_gb * SUFFIX_FACTORS["_gib"]
+    if not low <= memory <= high:
+        key = next(f"runtime_memory{unit}" for unit in RUNTIME_MEMORY_UNITS if reader.has(f"runtime_memory{unit}"))
+        raise reader.error(
+            key, f"is {memory:,.0f} bytes, outside {low:,.0f}..{high:,.0f} (90% of the datasheet's {datasheet_gb:g} GB "
+            f"up to {datasheet_gb:g} GiB): check the unit"
+        )
+    return memory, source
+
+
 def _node(reader: TableReader) -> NodeSpec:
     node = reader.sub("node")
     sources: dict[str, str] = {}
@@ -229,7 +303,10 @@ def parse_gpu_file(path: Path | str) -> GpuSpec:
     notes = reader.text("notes", "")
 
     sources: dict[str, str] = {}
-    memory_bytes, sources["memory_bytes"] = _scaled_quantity(reader, "memory", MEMORY_UNITS, positive=True)
+    datasheet_bytes, sources["datasheet_memory_bytes"] = _scaled_quantity(
+        reader, "datasheet_memory", ("_gb",), positive=True
+    )
+    memory_bytes, sources["memory_bytes"] = _runtime_memory(reader, datasheet_bytes)
     hbm_bandwidth, sources["hbm_bandwidth_bytes_per_s"] = _scaled_quantity(
         reader, "hbm_bandwidth", BANDWIDTH_UNITS, positive=True
     )
@@ -242,15 +319,20 @@ def parse_gpu_file(path: Path | str) -> GpuSpec:
     sources.update(flops_sources)
     mig_profiles = _mig_profiles(reader, memory_bytes)
     node = _node(reader)
+    topology, mesh_link, topology_sources = _topology(reader, nvlink, node.gpus_per_node)
+    sources.update(topology_sources)
     reader.finish()
     return GpuSpec(
         name=name,
         display_name=display_name,
         aliases=aliases,
         memory_bytes=round(memory_bytes),
+        datasheet_memory_bytes=round(datasheet_bytes),
         hbm_bandwidth_bytes_per_s=hbm_bandwidth,
         peak_flops_per_s=FrozenDict(flops),
         nvlink_bandwidth_bytes_per_s=nvlink,
+        intra_node_topology=topology,
+        mesh_link_bandwidth_bytes_per_s=mesh_link,
         pcie_generation=pcie_generation,
         pcie_bandwidth_bytes_per_s=pcie_bandwidth,
         mig_profiles=mig_profiles,
