@@ -235,3 +235,15 @@ def test_the_empty_domain_check_agrees_with_the_oracle(request):
             return
     event("empty domain: the oracle finds no plan")
     assert solve_exhaustive(built) is None
+
+
+def test_the_largest_gpu_count_matches_the_listed_counts():
+    """issue 11 item 14: the check bounds tp/pp/dp by the largest count without listing a
+    million counts; it must equal the largest of parallelism.gpu_counts."""
+    from vramopt.constraints.parallelism import gpu_counts
+    from vramopt.optimizer.empty_domains import largest_gpu_count
+
+    for max_gpus in range(1, 80):
+        for gpus_per_node in (1, 4, 8, 72):
+            for whole_nodes in (True, False):
+                assert largest_gpu_count(max_gpus, gpus_per_node, whole_nodes) == max(gpu_counts(max_gpus, gpus_per_node, whole_nodes))

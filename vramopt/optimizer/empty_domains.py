@@ -115,7 +115,6 @@ class _Chain:
         why: Callable[[Any], str | None] = lambda value: None,
         default: Sequence[Any] | None = None,
         universe: Callable[[], Iterable[Any]] = tuple,
-        default_is_valid: bool = False,
         label: str | None = None,
         fixes: Callable[[list], list] = lambda values: [],
     ) -> list:
@@ -130,8 +129,6 @@ class _Chain:
             listed = default if default is not None else registry.technique(field).default_values(self.context)
             source = "default"
         forbidden = choices["forbid"].get(field, ())
-        if source == "default" and default_is_valid and not forbidden:
-            return list(listed)
         forbidden_set = set(forbidden)
         kept, removed = [], []
         for value in listed:
@@ -194,17 +191,28 @@ def _context(model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: i
     )
 
 
-def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, serving: bool) -> tuple[list, list, list, int]:
-    """GPU counts, tensor and pipeline degrees: what training and serving share."""
-    counts = chain.keep(
-        "gpus",
-        lambda count: None if count <= space.max_gpus else f"above --max-gpus {space.max_gpus}",
-        default=gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes),
-        default_is_valid=True,
-        fixes=_more_gpus_fix(lambda values: [value for value in values if value > space.max_gpus]),
-    )
-    most = max(counts)
+def largest_gpu_count(max_gpus: int, gpus_per_node: int, whole_nodes: bool) -> int:
+    """max(parallelism.gpu_counts(...)) without listing the counts."""
+    if not whole_nodes or max_gpus <= gpus_per_node:
+        return max_gpus
+    whole = max_gpus // gpus_per_node * gpus_per_node
+    return whole if whole >= 2 * gpus_per_node else gpus_per_node
+
+
+def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, serving: bool) -> tuple[list, list, int]:
+    """Tensor and pipeline degrees and the largest GPU count: what training and serving share."""
     gpus_per_node = gpu.node.gpus_per_node
+    if any("gpus" in choices for choices in chain.choices.values()):
+        counts = chain.keep(
+            "gpus",
+            lambda count: None if count <= space.max_gpus else f"above --max-gpus {space.max_gpus}",
+            default=gpu_counts(space.max_gpus, gpus_per_node, space.whole_nodes),
+            fixes=_more_gpus_fix(lambda values: [value for value in values if value > space.max_gpus]),
+        )
+        most = max(counts)
+    else:
+        # The default counts all fit; only the largest matters (no million-entry list).
+        most = largest_gpu_count(space.max_gpus, gpus_per_node, space.whole_nodes)
 
     def tensor_reason(degree: int) -> str | None:
         if model.heads % degree != 0:
@@ -235,11 +243,11 @@ def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, s
         "pipeline_parallel", pipeline_reason, universe=lambda: [value for value in divisors(model.layers) if not serving or value <= 8],
         fixes=_more_gpus_fix(lambda values: [value for value in values if model.layers % value == 0 and value > most]),
     )
-    return counts, tensor, pipeline, most
+    return tensor, pipeline, most
 
 
 def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int) -> None:
-    _, tensor, pipeline, most = _layout(chain, model, gpu, space, serving=False)
+    tensor, pipeline, most = _layout(chain, model, gpu, space, serving=False)
 
     def data_parallel_reason(degree: int) -> str | None:
         if global_batch % degree != 0:
@@ -313,7 +321,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
 
 
 def _serving_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace) -> None:
-    _, tensor, pipeline, _ = _layout(chain, model, gpu, space, serving=True)
+    tensor, pipeline, _ = _layout(chain, model, gpu, space, serving=True)
     # A weight format no searched GPU runs is refused by the builder when pinned or allowed,
     # and is left out of the default: only the forbids can empty this field here.
     chain.keep("quantization", universe=lambda: [name for name, needs in zip(QUANTIZATIONS, QUANTIZATION_NEEDS) if gpu.supports(needs)])
