@@ -219,10 +219,6 @@ class ServingEstimate(EvaluatedPlan):
             "met": slots_met and latency_met,
         }
 
-    @property
-    def meets_requirements(self) -> bool:
-        return self.requirements_dict()["met"]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,

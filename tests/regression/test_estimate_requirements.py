@@ -67,7 +67,7 @@ def test_estimate_and_solve_judge_the_requirements_alike(slots, max_latency_ms):
     pins = {"gpus": "2", "tensor_parallel": "1", "pipeline_parallel": "1", "quantization": "fp8", "kv_cache_dtype": "fp8",
             "paged_kv": "true", "speculative_decoding": "false", "slots": str(slots), "mig_profile": "none"}
     solved = solve(workload, SearchSpace(gpus=("h100",), max_gpus=2, pin=pins), runner_up_count=0)
-    assert (solved.estimate is not None) is (estimate.fits and estimate.meets_requirements)
+    assert (solved.estimate is not None) is (estimate.fits and estimate.requirements_dict()["met"])
     if solved.estimate is not None:
         assert solved.to_dict()["requirements"]["met"] is True
 

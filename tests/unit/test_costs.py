@@ -495,5 +495,10 @@ def test_mla_caches_one_latent_per_layer():
 
 
 def test_quantized_weights(llama70):
-    assert quantized_weight_bytes(70_000_000_000, "int4") == 35e9
+    # AWQ int4 (vLLM AWQLinearMethod): 4-bit weights, an fp16 scale and a 4-bit zero point per
+    # group of 128 -> 4 + 20/128 bits; GPTQ int8: 8 + 24/128 bits; NVFP4: 4 + 8/16 bits.
+    assert quantized_weight_bytes(70_000_000_000, "int4") == pytest.approx(70e9 * (4 + 20 / 128) / 8, rel=1e-15)
+    assert quantized_weight_bytes(70_000_000_000, "int8") == pytest.approx(70e9 * (8 + 24 / 128) / 8, rel=1e-15)
+    assert quantized_weight_bytes(70_000_000_000, "fp4") == pytest.approx(70e9 * 4.5 / 8, rel=1e-15)
     assert quantized_weight_bytes(70_000_000_000, "fp8") == 70e9
+    assert quantized_weight_bytes(70_000_000_000, "bf16") == 140e9

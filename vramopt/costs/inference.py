@@ -3,7 +3,8 @@
 Memory per GPU, or per MIG instance (DESIGN.md section 3): quantized weights / (t*p); KV
 cache ``slots * tokens * kv_bytes_per_token / (t*p)`` where tokens is the full context
 per slot for contiguous allocation and the average tokens in use, rounded up to blocks,
-plus vLLM's < 4% waste, for PagedAttention (Kwon et al. 2023); the activations of one
+plus vLLM's < 4% waste, for PagedAttention (Kwon et al. 2023) -- both from the helpers of
+``costs/kv_cache.py``, the one implementation of those bytes; the activations of one
 prefill chunk; a draft model and its KV cache under speculative decoding; the framework
 reserve.
 
@@ -22,22 +23,17 @@ import numpy as np
 
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
-from vramopt.costs.kv_cache import kv_cache_bytes_per_token
-from vramopt.costs.precision import BYTES_PER_ELEMENT
+from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
 from vramopt.types import GpuSpec, ModelSpec
 
 QUANTIZATIONS = ("bf16", "fp8", "int8", "int4", "fp4")
 """Weight formats for serving, widest first."""
-QUANTIZATION_BYTES = np.array([2.0, 1.0, 1.0 + 2.0 / 128, 0.5 + 2.0 / 128, 0.5 + 1.0 / 16])
-"""Bytes per weight: int8/int4 with one fp16 scale per group of 128 (GPTQ/AWQ layout),
-fp4 with one fp8 scale per block of 16 (NVFP4)."""
 QUANTIZATION_COMPUTE = ("bf16", "fp8", "bf16", "bf16", "fp4")
 """Tensor-core precision each format computes in: weight-only int8/int4 dequantize to bf16."""
 QUANTIZATION_NEEDS = ("bf16", "fp8", "bf16", "bf16", "fp4")
 """What the GPU must support to run the format (fp8 and fp4 need their tensor cores)."""
 
 KV_CACHE_DTYPES = ("bf16", "fp8")
-KV_CACHE_BYTES = np.array([2.0, 1.0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,23 +119,29 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     instances = np.where(on_mig, _mig_table(gpu, columns.mig_profile, "max_instances", 1), 1.0)
     replicas = np.where(on_mig, columns.gpus * instances, columns.gpus / shards)
 
-    weight_bytes = QUANTIZATION_BYTES[columns.quantization]
-    weights = model.params_total * weight_bytes / shards
+    # Bytes of all the model's weights in each row's format (costs/kv_cache.py: the layouts).
+    model_weights = np.array([quantized_weight_bytes(model.params_total, name) for name in QUANTIZATIONS])[columns.quantization]
+    weights = model_weights / shards
     kv_per_token = np.array([kv_cache_bytes_per_token(model, name) for name in KV_CACHE_DTYPES])[columns.kv_cache_dtype]
-    average_tokens = np.ceil(case.context * case.average_context_fraction / case.kv_block_tokens) * case.kv_block_tokens
-    tokens_held = np.where(columns.paged_kv == 1, average_tokens * (1.0 + coefficient("paged_kv_waste_fraction")), case.context)
+    average_tokens = kv_tokens_in_use(case.context, case.average_context_fraction, case.kv_block_tokens)
+    replica_kv_cache = np.zeros(len(columns))
+    for code, name in enumerate(KV_CACHE_DTYPES):
+        in_dtype = columns.kv_cache_dtype == code
+        if in_dtype.any():
+            every_row = kv_cache_bytes(model, slots, case.context, name, columns.paged_kv == 1, case.average_context_fraction, case.kv_block_tokens)
+            replica_kv_cache = np.where(in_dtype, every_row, replica_kv_cache)
     # Tensor parallelism splits the KV heads; beyond their count they are replicated
     # (Megatron/vLLM GQA with tp > kv_heads), so the cache stops shrinking.
     # MLA's compressed latent is one vector per token, not per head: every tensor-parallel
     # GPU keeps all of it (vLLM replicates the MLA cache), so only pp divides it.
     kv_split = np.minimum(t, model.kv_heads) if model.mla is None else np.ones_like(t)
     kv_shards = p * kv_split
-    kv_cache = slots * tokens_held * kv_per_token / kv_shards
+    kv_cache = replica_kv_cache / kv_shards
     chunk = min(case.context, case.prefill_chunk_tokens)
     matrices = 3.0 if model.gated_mlp else 2.0
     activation_width = 4.0 * model.hidden_size + matrices * model.ffn_hidden_size
     activations = (chunk * 2.0 * activation_width + slots * model.vocab_size * 4.0) / t
-    draft_weights = model.params_total * case.draft_params_fraction * weight_bytes / t
+    draft_weights = model_weights * case.draft_params_fraction / t
     draft_kv = kv_cache * case.draft_kv_fraction
     draft = np.where(columns.speculative == 1, draft_weights + draft_kv, 0.0)
     reserve = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
@@ -154,7 +156,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
                       for name in compute_name])
     flops_rate = peak * coefficient("base_utilization") * ratio
     kv_read = slots * average_tokens * kv_per_token
-    bytes_per_step = model.params_total * weight_bytes / t + kv_read / kv_split
+    bytes_per_step = model_weights / t + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
     flops_per_token = 2.0 * model.params_active + attention_flops
     speculative = columns.speculative == 1
@@ -167,7 +169,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / link
         tensor_parallel_time = np.where(t > 1, 2.0 * model.layers * all_reduce, 0.0)
         target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time
-        draft_bytes = model.params_total * case.draft_params_fraction * weight_bytes / t + kv_read * case.draft_kv_fraction / kv_split
+        draft_bytes = model_weights * case.draft_params_fraction / t + kv_read * case.draft_kv_fraction / kv_split
         draft_step = np.maximum(draft_bytes / bandwidth, slots * 2.0 * model.params_active * case.draft_params_fraction / t / flops_rate)
         step = target_step + np.where(speculative, case.speculative_tokens * draft_step, 0.0)
         alpha = case.acceptance_rate
