@@ -552,7 +552,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
               help="Write the front as CSV here (one row per plan).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
-@click.option("--verify", is_flag=True, help="Certify every front point with CP-SAT (slower).")
+@click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
 @format_option()
 def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, **options: Any) -> None:
     """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
