@@ -148,7 +148,7 @@ def test_json_is_the_v1_contract_for_the_readme_command():
     assert plan == expected
     memory = data["memory"]
     assert memory["total_bytes"] == pytest.approx(sum(memory[term] for term in MEMORY_TERMS), rel=1e-12)
-    assert memory["capacity_bytes"] == 180e9
+    assert memory["capacity_bytes"] == 182_642 * 2**20  # B200 as the CUDA runtime reports it (catalog source)
     assert memory["fits"] is False
     # 16 bytes per parameter (bf16 weights and gradients + 12 bytes of Adam state) over 4 GPUs.
     model_state = memory["weights_bytes"] + memory["gradients_bytes"] + memory["optimizer_bytes"]
@@ -217,9 +217,10 @@ def test_csv_is_one_header_and_one_row_of_dotted_columns():
 
 
 def test_table_explains_why_it_does_not_fit():
+    # The limit is 90% of the B200's runtime-reported 182642 MiB (191.51e9 bytes): 172.4 GB.
     output = run_ok(README_ARGS).stdout
     for text in ("llama-3.1-70b", "4 x b200", "ZeRO-3", "every:4", "GB = 1e9 bytes", "optimizer states",
-                 "DOES NOT FIT", "GPU memory", "162.0 GB limit", "tokens/s", "step time", "MFU",
+                 "DOES NOT FIT", "GPU memory", "172.4 GB limit", "tokens/s", "step time", "MFU",
                  "achieved TFLOP/s per GPU", "data-parallel communication (exposed)", "offload transfers"):
         assert text in output, text
     assert "FAIL" in output
