@@ -81,8 +81,9 @@ def model_state_figures() -> None:
     model = load_model(MODEL_70B)
     params = model.parameters.total
     print("\n## P1: VRAM of GPUs, 2T weights")
-    line("1.1", "RTX 6090 offers 48 GB", f"catalog rtx6090 {gb(load_gpu('rtx6090').memory_bytes)} (the seed's assumption; no such product is published)")
-    line("1.2", "B200 offers 192 GB", f"catalog b200 {gb(load_gpu('b200').memory_bytes)} (shipping HGX/DGX part); b200-192gb {gb(load_gpu('b200-192gb').memory_bytes)}")
+    line("1.1", "RTX 6090 offers 48 GB", f"catalog rtx6090 {gb(load_gpu('rtx6090').datasheet_memory_bytes)} (the seed's assumption; no such product is published)")
+    line("1.2", "B200 offers 192 GB", f"catalog b200 {gb(load_gpu('b200').datasheet_memory_bytes)} datasheet, {load_gpu('b200').memory_bytes / GIB:,.2f} GiB "
+         f"as the runtime reports it (shipping HGX/DGX part); b200-192gb {gb(load_gpu('b200-192gb').datasheet_memory_bytes)}")
     for precision, seed in (("fp16", "3,700 GB"), ("fp8", "1,850 GB")):
         weights = 2e12 * {"fp16": 2, "fp8": 1}[precision]
         line(f"1.{3 if precision == 'fp16' else 4}", f"2T parameters in {precision.upper()}: {seed} of weights",
