@@ -56,9 +56,13 @@ class Tally:
     rejected: int = 0
     """Inputs refused with exit status 2 (CLI) or a VramoptError (API): the bad inputs."""
     accepted: int = 0
+    """Inputs answered (exit 0, a response): the valid ones among the generated. A tally with
+    none accepted means every input was refused, which a vramopt refusing everything would
+    also produce (tests/fuzz/test_zz_tally.py fails then)."""
     tracebacks: int = 0
     internal_errors: int = 0
     by_test: Counter = field(default_factory=Counter)
+    accepted_by_test: Counter = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, test: str, rejected: bool, traceback: bool = False, internal: bool = False) -> None:
@@ -69,17 +73,23 @@ class Tally:
                 self.rejected += 1
             else:
                 self.accepted += 1
+                self.accepted_by_test[test] += 1
             self.tracebacks += int(traceback)
             self.internal_errors += int(internal)
+
+    def accepted_fraction(self) -> float:
+        return self.accepted / self.generated if self.generated else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"generated": self.generated, "rejected": self.rejected, "accepted": self.accepted,
                 "tracebacks": self.tracebacks, "internal_errors": self.internal_errors,
-                "by_test": dict(sorted(self.by_test.items()))}
+                "by_test": dict(sorted(self.by_test.items())),
+                "accepted_by_test": dict(sorted(self.accepted_by_test.items()))}
 
     def line(self) -> str:
         return (f"vramopt fuzz: {self.generated} generated inputs, {self.rejected} bad inputs refused with a "
-                f"one-line error, {self.accepted} accepted, {self.tracebacks} tracebacks, {self.internal_errors} internal errors")
+                f"one-line error, {self.accepted} accepted ({self.accepted_fraction():.1%}), {self.tracebacks} tracebacks, "
+                f"{self.internal_errors} internal errors")
 
 
 TALLY = Tally()
@@ -180,7 +190,9 @@ def mutate(draw, document: Any, values=None, count: int | None = None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
-# Valid documents (small spaces: tiny models, few GPUs, short time limits)
+# Valid documents (small spaces: tiny models, few GPUs, short time limits); each is accepted
+# as it stands (tests/fuzz/test_zz_tally.py), so that its mutations start from a valid input.
+# The 7B model (Llama 2) has a 4,096-token context: its serving workloads say so.
 
 SOLVE_REQUESTS = (
     {"workload": {"model": "8b"}, "space": {"max_gpus": 2, "time_limit_s": 2, "workers": 2}},
@@ -193,14 +205,14 @@ SOLVE_REQUESTS = (
 )
 PARETO_REQUESTS = (
     {"workload": {"model": "8b"}, "space": {"max_gpus": 2}},
-    {"workload": {"kind": "infer", "model": "7b", "max_latency_ms": 50}, "space": {"max_gpus": 1, "gpus": ["a100-80gb"]}},
+    {"workload": {"kind": "infer", "model": "7b", "context": 4096, "max_latency_ms": 50}, "space": {"max_gpus": 1, "gpus": ["a100-80gb"]}},
 )
 ESTIMATE_REQUESTS = (
     {"workload": {"model": "8b"}, "plan": {"gpu": "b200", "gpus": 1}},
     {"workload": {"kind": "infer", "model": "8b"}, "plan": {"gpu": "h100", "gpus": 1, "quantization": "fp8", "slots": 4}},
     {"workload": {"kind": "qlora", "model": "7b", "global_batch": 8},
      "plan": {"gpu": "a100-80gb", "gpus": 2, "zero_stage": 2, "checkpointing": "every:4", "micro_batch": 2}},
-    {"workload": {"kind": "infer", "model": "7b"}, "plan": {"gpu": "h100", "gpus": 1, "mig_profile": "3g.40gb", "slots": 2}},
+    {"workload": {"kind": "infer", "model": "7b", "context": 4096}, "plan": {"gpu": "h100", "gpus": 1, "mig_profile": "3g.40gb", "slots": 2}},
 )
 CLUSTERS = (
     {"nodes": [{"name": "n1", "gpu": "h100", "gpus": 8, "free_gpus": [0, 1, 2, 3]}]},
