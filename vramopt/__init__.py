@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from vramopt.errors import CatalogError, InfeasibleError, InputError, UnknownNameError, VramoptError
+from vramopt.errors import CatalogError, InfeasibleError, InputError, Interrupted, UnknownNameError, VramoptError
+from vramopt.optimizer.cancel import Cancellation, cancellable
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
@@ -66,9 +67,11 @@ __all__ = [
     "estimate_serving",
     "pareto",
     "solve",
+    "Cancellation",
     "CatalogError",
     "InfeasibleError",
     "InputError",
+    "Interrupted",
     "SearchSpace",
     "TrainingEstimate",
     "TrainingPlan",
@@ -76,6 +79,7 @@ __all__ = [
     "UnknownNameError",
     "VramoptError",
     "__version__",
+    "cancellable",
     "estimate_training",
     "load_gpu",
     "load_model",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping
 
 from vramopt.errors import InputError, show_value
+from vramopt.input_files import check_integers, parse_json
 from vramopt.results import SCHEMA
 from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS, lora_field_error
 
@@ -219,7 +220,7 @@ class Response:
 
     @classmethod
     def from_json(cls, text: str) -> "Response":
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(parse_json(text, lambda detail: InputError(f"response: {detail}")))
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(dict(self.data))
@@ -293,21 +294,21 @@ def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
 def _request(request: Any, cls: type) -> Any:
     if isinstance(request, cls):
         # A dataclass built by the caller is checked by the same strict reader as a dict.
-        return cls.from_dict(_as_request_dict(request))
+        request = _as_request_dict(request)
     if isinstance(request, (str, bytes)):
         size = len(request) if isinstance(request, bytes) or len(request) > MAX_REQUEST_BYTES else len(
             request.encode("utf-8", "surrogatepass"))
         if size > MAX_REQUEST_BYTES:
             raise InputError(f"request: {size} bytes, more than the {MAX_REQUEST_BYTES} allowed")
-        try:
-            request = json.loads(request)
-        except json.JSONDecodeError as error:
-            raise InputError(f"request: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
-        except UnicodeDecodeError:
-            raise InputError("request: not UTF-8 text") from None
-        except RecursionError:
-            raise InputError("request: not valid JSON (nested too deeply)") from None
+        request = parse_json(request, _request_failure)
+    else:
+        # A caller's dict may hold integers no check could print (beyond 4,300 digits).
+        check_integers(request, _request_failure)
     return cls.from_dict(request)
+
+
+def _request_failure(detail: str) -> InputError:
+    return InputError(f"request: {detail}")
 
 
 def _as_request_dict(request: Any) -> dict[str, Any]:

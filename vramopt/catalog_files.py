@@ -19,6 +19,7 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 from vramopt.errors import CatalogError, UnknownNameError
+from vramopt.input_files import MAX_INTEGER_BITS, check_integers, decode_utf8, display_path, read_bounded
 from vramopt.units import SUFFIX_FACTORS
 
 MAX_CATALOG_FILE_BYTES = 1_000_000
@@ -26,28 +27,22 @@ MAX_CATALOG_FILE_BYTES = 1_000_000
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file, bounded in size; tomllib already refuses a key given twice."""
+
+    def fail(detail: str) -> CatalogError:
+        return CatalogError(f"{display_path(path)}: {detail}")
+
+    text = decode_utf8(read_bounded(path, MAX_CATALOG_FILE_BYTES, fail), fail)
     try:
-        size_bytes = path.stat().st_size
-    except OSError as error:
-        raise CatalogError(f"{path}: cannot read ({error.strerror})") from None
-    except ValueError as error:  # a NUL byte in the path
-        raise CatalogError(f"{str(path)!r}: cannot read ({error})") from None
-    if size_bytes > MAX_CATALOG_FILE_BYTES:
-        raise CatalogError(f"{path}: file is {size_bytes} bytes, more than the {MAX_CATALOG_FILE_BYTES} allowed")
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CATALOG_FILE_BYTES + 1)  # bounded even if the file grows or is a device
-        if len(raw) > MAX_CATALOG_FILE_BYTES:
-            raise CatalogError(f"{path}: file is more than the {MAX_CATALOG_FILE_BYTES} bytes allowed")
-        return tomllib.loads(raw.decode("utf-8"))
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise CatalogError(f"{path}: not valid TOML ({error})") from None
-    except UnicodeDecodeError:
-        raise CatalogError(f"{path}: not UTF-8 text") from None
-    except OSError as error:  # e.g. a directory
-        raise CatalogError(f"{path}: cannot read ({error.strerror})") from None
+        raise fail(f"not valid TOML ({error})") from None
     except RecursionError:
-        raise CatalogError(f"{path}: not valid TOML (nested too deeply)") from None
+        raise fail("not valid TOML (nested too deeply)") from None
+    except ValueError:  # tomllib's int() of more than 4,300 digits
+        raise fail(f"not valid TOML (an integer too long; integers from 2**{MAX_INTEGER_BITS} up are refused)") from None
+    check_integers(document, fail)
+    return document
 
 
 class TableReader:

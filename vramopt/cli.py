@@ -6,9 +6,12 @@ A new command is three steps: declare it with ``@main.command()``, stack the sha
 decorators it needs (``workload_options``, ``plan_options``, ``format_option``), and end
 with ``emit(result_dict, output_format, render_table)``.
 
-Errors: every ``VramoptError`` and every usage error becomes one line ``error: ...`` on
-stderr and exit status 2; an unexpected exception becomes ``error: internal error: ...``
-and exit status 70 (EX_SOFTWARE), without a traceback unless ``--debug`` is given.
+Exit statuses: 0 success; 1 the output could not be written to stdout (closed, a full
+device, an I/O error: one line ``error: ...``; a reader that stops early, as ``| head``
+does, ends the run silently); 2 bad input of any kind or no plan (every ``VramoptError`` and
+every usage error becomes one line ``error: ...`` on stderr); 70 (EX_SOFTWARE) an internal
+error, ``error: internal error: ...`` without a traceback unless ``--debug`` is given; 130
+interrupted (Ctrl-C: the line ``interrupted``, no output file written, no status claimed).
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from __future__ import annotations
 import errno
 import math
 import os
+import signal
 import sys
-from typing import Any, Callable, Mapping
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 import click
 
@@ -40,25 +46,32 @@ from vramopt.display import (
     to_csv,
     to_json,
 )
-from vramopt.errors import InputError, VramoptError
+from vramopt.errors import InputError, Interrupted, VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import all_gpus, load_gpu
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
 from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_document
-from vramopt.optimizer.pack import solve_pack
+from vramopt.input_files import display_path, parse_json, read_bounded
+from vramopt.optimizer.cancel import Cancellation, cancellable
 from vramopt.optimizer.front import front_rows_for_csv, pareto_response
+from vramopt.output_files import resolve_target, same_file, write_files_atomically, write_text_atomically
 from vramopt.optimizer.search import ENGINES
 from vramopt.plot import front_png
 from vramopt.optimizer.search import solve as solve_request
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
 from vramopt.types import MAX_COUNT, PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
+EXIT_OUTPUT = 1
+"""stdout cannot take the output (closed, full, an I/O error); 1 is what click gives a
+closed pipe too."""
 EXIT_USAGE = 2
 """Bad input of any kind: a usage error, a VramoptError (click uses 2 for usage errors)."""
 EXIT_INTERNAL = 70
 """An unexpected exception: a bug in vramopt (EX_SOFTWARE of sysexits.h)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, what a shell reports for a command that SIGINT ended."""
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 DEFAULT_HEADROOM_FRACTION = 0.10
@@ -69,31 +82,151 @@ DEFAULT_HEADROOM_FRACTION = 0.10
 # Error handling: one line on stderr, never a traceback by default
 
 
+class StdoutUnwritable(Exception):
+    """stdout cannot take the output: closed, a full device, an I/O error (exit 1)."""
+
+
 def echo(text: str, err: bool = False) -> None:
     """click.echo, with text that UTF-8 cannot encode (lone surrogates from a file name or a
-    JSON escape such as "\\ud800") written as backslash escapes instead of failing."""
-    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"), err=err)
+    JSON escape such as "\\ud800") written as backslash escapes instead of failing.
+    stdout that cannot be written raises ``StdoutUnwritable`` (a closed pipe stays an
+    EPIPE ``OSError``, which click ends quietly); stderr that cannot is given up on."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:  # the descriptor was closed when Python started
+        if err:
+            return
+        raise StdoutUnwritable("stdout is closed")
+    try:
+        click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"), err=err)
+    except OSError as error:
+        if err:
+            return  # nowhere left to report it; the exit status still says it
+        if error.errno == errno.EPIPE:
+            raise
+        raise StdoutUnwritable(error.strerror or str(error)) from None
 
 
 def fail_line(message: str) -> None:
     echo(f"error: {message}", err=True)
 
 
+def _silence_stdout() -> None:
+    """After a failed write, point stdout at the null device so that the interpreter's
+    final flush of what is still buffered cannot print a second error."""
+    try:
+        descriptor = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):
+        return
+    os.dup2(null, descriptor)
+    os.close(null)
+
+
+class _InterruptedRun(Exception):
+    """Carries an interrupt through click's main, which would turn it into "Aborted!"."""
+
+
+@contextmanager
+def interrupt_watch() -> Iterator[Cancellation]:
+    """Run the command under a ``Cancellation`` that Ctrl-C requests.
+
+    While CP-SAT searches, the main thread is inside the solver and Python's SIGINT
+    handler cannot run, so the signal is also written to a wake-up pipe that a helper
+    thread reads: it stops the searches in flight (again every 0.1 s, for one that was just
+    starting). Python's own handler then raises KeyboardInterrupt as soon as the main
+    thread is back in Python. Nothing is installed outside the main thread or when SIGINT
+    is not Python's default handler (ignored, or handled by an embedding program).
+    """
+    token = Cancellation()
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        with cancellable(token):
+            yield token
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    finished = threading.Event()
+
+    def watch() -> None:
+        while True:
+            try:
+                received = os.read(read_end, 64)
+            except OSError:
+                return
+            if not received:  # the write end closed: the command is over
+                return
+            if signal.SIGINT in received:
+                while not finished.is_set():
+                    token.request()
+                    finished.wait(0.1)
+                return
+
+    watcher = threading.Thread(target=watch, name="vramopt-interrupt-watch", daemon=True)
+    watcher.start()
+    try:
+        with cancellable(token):
+            yield token
+    finally:
+        signal.set_wakeup_fd(previous)
+        finished.set()
+        os.close(write_end)
+        watcher.join(5.0)
+        if not watcher.is_alive():
+            os.close(read_end)
+
+
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-class VramoptGroup(click.Group):
+class SingleValueOptions:
+    """Refuses an option given twice (``--max-gpus 1 --max-gpus 64``): click would keep
+    the last silently. Options that take several values (``multiple``, ``count``) and the
+    eager ones (``--help``, ``--version``) may repeat."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))  # a copy: the parser consumes it
+            seen: set[str] = set()
+            for param in order:
+                if not isinstance(param, click.Option) or param.multiple or param.count or param.is_eager:
+                    continue
+                if param.name in seen:
+                    names = "/".join(param.opts + param.secondary_opts)
+                    raise click.UsageError(f"{names} is given more than once; give it once", ctx)
+                seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
+class VramoptCommand(SingleValueOptions, click.Command):
+    """Every subcommand: repeated single-value options are refused."""
+
+
+class VramoptGroup(SingleValueOptions, click.Group):
     """A click group that reports every failure as one ``error:`` line."""
+
+    command_class = VramoptCommand
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            raise _InterruptedRun() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except (KeyboardInterrupt, Interrupted):
+            raise _InterruptedRun() from None
         except VramoptError as error:
             fail_line(one_line(str(error)))
             raise click.exceptions.Exit(EXIT_USAGE) from None
+        except StdoutUnwritable as error:
+            _silence_stdout()
+            fail_line(f"cannot write the output to stdout: {error}")
+            raise click.exceptions.Exit(EXIT_OUTPUT) from None
         except OSError as error:
             if error.errno == errno.EPIPE:
                 raise  # click's main() handles a closed pipe (e.g. `| head`)
@@ -114,18 +247,54 @@ class VramoptGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.ClickException as error:
-            message = one_line(error.format_message())
-            context = getattr(error, "ctx", None)
-            if context is not None:
-                message += f" (see '{context.command_path} --help')"
-            fail_line(message)
-            status = error.exit_code
-        except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
-            status = 1
-        sys.exit(status if isinstance(status, int) else 0)
+            with interrupt_watch():
+                try:
+                    status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+                except click.exceptions.ClickException as error:
+                    message = one_line(error.format_message())
+                    context = getattr(error, "ctx", None)
+                    if context is not None:
+                        message += f" (see '{context.command_path} --help')"
+                    fail_line(message)
+                    status = error.exit_code
+                except click.exceptions.Abort as error:
+                    if isinstance(error.__cause__, KeyboardInterrupt):
+                        raise _InterruptedRun() from None
+                    click.echo("Aborted!", err=True)
+                    status = 1
+                status = status if isinstance(status, int) else 0
+                if status == 0:
+                    status = self._flush_stdout()
+        except (_InterruptedRun, KeyboardInterrupt):
+            status = self._interrupted()
+        sys.exit(status)
+
+    @staticmethod
+    def _flush_stdout() -> int:
+        """What is still buffered goes out now, while a failure can be reported."""
+        try:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        except OSError as error:
+            if error.errno == errno.EPIPE:
+                _silence_stdout()
+                return EXIT_OUTPUT
+            _silence_stdout()
+            fail_line(f"cannot write the output to stdout: {error.strerror or error}")
+            return EXIT_OUTPUT
+        return 0
+
+    @staticmethod
+    def _interrupted() -> int:
+        """One line, status 130; a second Ctrl-C while saying so is ignored."""
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            echo("interrupted", err=True)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, previous)
+        return EXIT_INTERRUPTED
 
 
 # ---------------------------------------------------------------------------------------
@@ -505,6 +674,8 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason
     and the smallest fix are printed).
     """
+    if export is not None:
+        resolve_target(export[1])  # a device, a directory or a link to one: refused before the work
     if request_path is not None:
         given_flags = [name for name in options if given(name)]
         if given_flags:
@@ -560,15 +731,24 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     The front is exact: it is the non-dominated subset of the whole candidate table, the
     same integer tables the solver and its exhaustive oracle read (docs/pareto.md).
     """
-    if output_path and plot_path and os.path.abspath(output_path) == os.path.abspath(plot_path):
-        raise click.UsageError(f"--output and --plot name the same file {output_path}")
+    if output_path and plot_path and same_file(output_path, plot_path):
+        raise click.UsageError(f"--output and --plot name the same file {display_path(output_path)}")
     for flag, path in (("--output", output_path), ("--plot", plot_path)):
         if path is not None and not path.strip():
             raise click.UsageError(f"{flag} needs a file name")
+        if path is not None:
+            resolve_target(path)  # a device, a directory or a link to one: refused before the work
     workload = build_workload(options)
     space = build_space(options)
     response = pareto_response(workload, space, verify=verify)
     rows = front_rows_for_csv(response)
+    if not response["front"]:
+        # As solve: no plan is a failure, and no output file is written or truncated.
+        if output_format == "json":
+            emit(response, "json")
+        fail_line("no plan fits, so the Pareto front is empty; `vramopt solve` with the same flags explains why "
+                  "and names the smallest change that fits")
+        raise SystemExit(EXIT_USAGE)
     outputs: dict[str, str | bytes] = {}
     if output_path:
         outputs[output_path] = to_csv(rows)
@@ -593,6 +773,8 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
+    from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
+
     nodes = parse_cluster(read_document(cluster_path), cluster_path)
     jobs = parse_jobs(read_document(jobs_path), jobs_path)
     running = parse_running(read_document(running_path), nodes, running_path) if running_path else ()
@@ -606,34 +788,13 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
 
 
 def read_json_request(path: str) -> Any:
-    """A request from a file or stdin ('-'), bounded in size, as parsed JSON."""
-    import json
+    """A request from a file or stdin ('-'), bounded in size, as parsed JSON (a key given
+    twice and oversized integers refused)."""
 
-    try:
-        if path == "-":
-            stdin = sys.stdin
-            raw = (stdin.buffer if hasattr(stdin, "buffer") else stdin).read(MAX_REQUEST_BYTES + 1)
-            if isinstance(raw, str):
-                raw = raw.encode("utf-8", "surrogateescape")
-        else:
-            with open(path, "rb") as stream:
-                raw = stream.read(MAX_REQUEST_BYTES + 1)
-    except OSError as error:
-        raise InputError(f"cannot read the request {path}: {error.strerror}") from None
-    except ValueError as error:  # a NUL byte in the path
-        raise InputError(f"cannot read the request {path!r}: {error}") from None
-    if len(raw) > MAX_REQUEST_BYTES:
-        raise InputError(f"the request {path} is larger than {MAX_REQUEST_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"the request {path} is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"the request {path} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
-    except RecursionError:
-        raise InputError(f"the request {path} is not valid JSON (nested too deeply)") from None
+    def fail(detail: str) -> InputError:
+        return InputError(f"the request {display_path(path)}: {detail}")
+
+    return parse_json(read_bounded(path, MAX_REQUEST_BYTES, fail, stdin=path == "-"), fail)
 
 
 def export_plan(response: dict, target: str, path: str) -> None:
@@ -644,44 +805,6 @@ def export_plan(response: dict, target: str, path: str) -> None:
     write_text_atomically(path, result.text())
     for note in result.notes:
         echo(f"note ({target}): {note}", err=True)
-
-
-def write_text_atomically(path: str, text: str) -> None:
-    """Write next to the target and rename: a failure never leaves a half-written file."""
-    write_files_atomically({path: text})
-
-
-def write_files_atomically(contents: Mapping[str, str | bytes]) -> None:
-    """Write every file next to its target, then rename them all: a failure leaves no
-    temporary file and no new or half-written output (text is written as UTF-8).
-    A file that cannot be written is an ``InputError`` naming it."""
-    import os
-    import tempfile
-
-    temporaries: list[tuple[str, str]] = []
-    try:
-        for path, content in contents.items():
-            data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else content
-            try:
-                handle, temporary = tempfile.mkstemp(prefix=".vramopt-", dir=os.path.dirname(os.path.abspath(path)))
-                temporaries.append((temporary, path))
-                with os.fdopen(handle, "wb") as stream:
-                    stream.write(data)
-                # mkstemp makes the file owner-only; give it what a plain open() would.
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(temporary, 0o666 & ~umask)
-            except OSError as error:
-                raise InputError(f"cannot write {path}: {error.strerror or error}") from None
-        for temporary, path in temporaries:
-            try:
-                os.replace(temporary, path)
-            except OSError as error:
-                raise InputError(f"cannot write {path}: {error.strerror or error}") from None
-    finally:
-        for temporary, _ in temporaries:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,12 +1,13 @@
 """Exception types: one per failure kind, each carrying a one-line message for the user.
 
-The CLI turns every ``VramoptError`` into that line and exit status 2; anything else
-escaping the library is a bug.
+The CLI turns every ``VramoptError`` into that line and exit status 2 (``Interrupted``:
+the line "interrupted" and status 130); anything else escaping the library is a bug.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import reprlib
 from typing import Any
 
@@ -17,13 +18,20 @@ _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
 def show_value(value: Any) -> str:
     """A user's value in an error message: as JSON when it is a JSON scalar, else a short
     repr (a set, bytes, a deeply nested list); never raises."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 256:
+        # Too long to show (and beyond 4,300 digits Python refuses to print it): its size.
+        digits = math.floor(abs(value).bit_length() * math.log10(2)) + 1
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits:,} digits"
     if value is None or isinstance(value, (bool, int, float, str)):
         try:
             text = json.dumps(value)
         except (ValueError, OverflowError):
             text = repr(value)
         return text if len(text) <= 80 else text[:77] + "..."
-    return _SHORT.repr(value)
+    try:
+        return _SHORT.repr(value)
+    except ValueError:  # an integer inside too long to print
+        return f"a {type(value).__name__} holding an integer too long to show"
 
 
 class VramoptError(Exception):
@@ -48,3 +56,8 @@ class InfeasibleError(VramoptError):
     def __init__(self, message: str, explanation: object | None = None) -> None:
         super().__init__(message)
         self.explanation = explanation
+
+
+class Interrupted(VramoptError):
+    """The run was cancelled (``vramopt.optimizer.cancel``: Ctrl-C in the CLI, or a
+    scheduler's ``Cancellation.request()``) before it reached an answer; nothing is returned."""

@@ -186,6 +186,21 @@ BASELINE = {
 }
 
 
+def without_given(baseline: list[str], groups: list[list[str]]) -> list[str]:
+    """The baseline's flags that the drawn options do not give (a single-value option given
+    twice is refused, so the baseline must not supply a second one); the drawn options may
+    still repeat among themselves, which tests that refusal."""
+    given = {group[0] for group in groups if group}
+    kept, index = [], 0
+    while index < len(baseline):
+        if baseline[index] in given:
+            index += 2
+            continue
+        kept.append(baseline[index])
+        index += 1
+    return kept
+
+
 def output_format_of(groups: list[list[str]]) -> str:
     formats = [group[1] for group in groups if group and group[0] == "--format"]
     return formats[-1] if formats else "table"
@@ -222,7 +237,7 @@ def fuzz_command(command: str, data, test: str) -> None:
     groups = data.draw(st.lists(option_group(command), min_size=1, max_size=5), label="options")
     if data.draw(st.integers(0, 9)) == 0:
         groups.insert(data.draw(st.integers(0, len(groups))), [data.draw(JUNK)])
-    args = [command] + BASELINE[command] + [token for group in groups for token in group]
+    args = [command] + without_given(BASELINE[command], groups) + [token for group in groups for token in group]
     with scratch_directory() as directory:
         stdin = prepare_directory(directory, data)
         files = written_files(groups, directory)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
+from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice, plan_values
 from vramopt.optimizer.empty_domains import EmptyDomainError
 from vramopt.optimizer.explain import explain_empty_domain, explain_infeasible
@@ -19,7 +20,6 @@ from vramopt.optimizer.objective import describe
 from vramopt.optimizer.oracle import solve_exhaustive
 from vramopt.optimizer.problem import build_problem
 from vramopt.optimizer.runners_up import runners_up
-from vramopt.optimizer.solve import solve_cp
 from vramopt.results import RunnerUp, SolveResult, SolverReport
 from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 
@@ -52,10 +52,13 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         report = SolverReport(engine=engine, status="infeasible", wall_time_s=time.perf_counter() - started, gap=0.0,
                               objective=describe(SimpleNamespace(space=space)), objective_value=None, tick_s=0.0, candidates=0)
         return SolveResult(solver=report, estimate=None, explanation=explanation, workload_kind=workload.kind)
+    check_cancelled()
     if engine == "exhaustive":
         choice = solve_exhaustive(problem)
         status, gap, candidates = ("optimal" if choice else "infeasible"), 0.0, problem.key_count
     else:
+        from vramopt.optimizer.solve import solve_cp  # OR-Tools is imported only by the runs that solve
+
         remaining = max(space.time_limit_s - (time.perf_counter() - started), 0.01)
         outcome = solve_cp(problem, remaining, space.workers)
         choice, status, gap, candidates = outcome.choice, outcome.status, outcome.gap, outcome.candidates
@@ -72,8 +75,10 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
             candidates=candidates,
         )
 
+    check_cancelled()
     if choice is None:
         explanation = explain_infeasible(problem, started + space.time_limit_s) if status == "infeasible" else None
+        check_cancelled()  # the relaxation search may have been cut short by the request
         return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind)
 
     plan = decode_choice(problem, choice)
@@ -83,6 +88,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     chosen_values = plan_values(problem, choice.key, choice.state_item, choice.activation_item)
     alternatives = []
     for field, alternative in runners_up(problem, choice, runner_up_count):
+        check_cancelled()
         alternative_plan = decode_choice(problem, alternative)
         alternative_estimate = _estimate(workload, alternative_plan)
         values = plan_values(problem, alternative.key, alternative.state_item, alternative.activation_item)
@@ -90,6 +96,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate)
+    check_cancelled()
     return SolveResult(
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
         workload_kind=workload.kind,

@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 from vramopt.constraints import registry
 from vramopt.constraints.headroom import encode_memory_budget
 from vramopt.constraints.technique import ChoiceVariables, encode_choices
+from vramopt.optimizer.cancel import check_cancelled, run_solver
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 from vramopt.optimizer.oracle import Choice
 from vramopt.optimizer.problem import Problem
@@ -206,6 +207,7 @@ def objective_of(problem: Problem, key: int, state: int, activation: int) -> tup
 def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     started = time.perf_counter()
     reduced = reduce(problem)
+    check_cancelled()
     if reduced.keys.size == 0:
         return CpOutcome(None, "infeasible", 0.0, 0, 0)
     model = _Model(problem, reduced.keys, reduced.state_front, reduced.activation_front)
@@ -216,6 +218,7 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
     for index, expression in enumerate(stages):
+        check_cancelled()
         remaining = time_limit_s - (time.perf_counter() - started)
         if remaining <= 0:
             if index == 0:
@@ -224,7 +227,7 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
             break
         model.cp.minimize(expression)
         solver.parameters.max_time_in_seconds = remaining
-        result = solver.solve(model.cp)
+        result = run_solver(solver, model.cp)  # raises Interrupted rather than report a stopped search
         if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if index == 0:
                 return CpOutcome(None, STATUS_NAMES.get(result, "unknown"), 0.0 if result == cp_model.INFEASIBLE else 1.0, len(reduced.keys), _variable_count(model))
