@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from vramopt.catalog_files import MAX_CATALOG_FILE_BYTES, read_toml
 from vramopt.errors import CatalogError, InputError, show_value
+from vramopt.input_files import display_path, parse_json, read_bounded
 from vramopt.hardware import load_gpu
 from vramopt.types import MAX_COUNT, WORKLOADS, GpuSpec
 
@@ -71,36 +72,19 @@ JOB_FIELDS = tuple(PackJob.__slots__)
 
 
 def read_document(path: str) -> Any:
-    """JSON or TOML (by extension), size-bounded, with errors that name the file."""
+    """JSON or TOML (by extension), size-bounded, with errors that name the file; a key
+    given twice or an integer too large to use is refused (vramopt.input_files)."""
     file = Path(path)
-    try:
-        size = file.stat().st_size
-    except OSError as error:
-        raise InputError(f"{path}: cannot read ({error.strerror})") from None
-    except ValueError as error:  # a NUL byte in the path
-        raise InputError(f"{path!r}: cannot read ({error})") from None
-    if size > MAX_CATALOG_FILE_BYTES:
-        raise InputError(f"{path}: {size} bytes, more than the {MAX_CATALOG_FILE_BYTES} allowed")
     if file.suffix.lower() == ".toml":
         try:
             return read_toml(file)
         except CatalogError as error:
             raise InputError(str(error)) from None
-    try:
-        with file.open(encoding="utf-8") as stream:
-            text = stream.read(MAX_CATALOG_FILE_BYTES + 1)
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    except OSError as error:  # e.g. a directory
-        raise InputError(f"{path}: cannot read ({error.strerror})") from None
-    if len(text) > MAX_CATALOG_FILE_BYTES:  # it grew after stat, or is a pipe
-        raise InputError(f"{path}: more than the {MAX_CATALOG_FILE_BYTES} bytes allowed")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid JSON (nested too deeply)") from None
+
+    def fail(detail: str) -> InputError:
+        return InputError(f"{display_path(path)}: {detail}")
+
+    return parse_json(read_bounded(file, MAX_CATALOG_FILE_BYTES, fail), fail)
 
 
 def _integer(value: Any, where: str, minimum: int = 0) -> int:
