@@ -33,7 +33,6 @@ from typing import Any, Callable
 from vramopt.catalog_files import MAX_CATALOG_FILE_BYTES, TableReader
 from vramopt.errors import CatalogError, InputError
 from vramopt.input_files import display_path, parse_json, read_bounded
-from vramopt.input_files import display_path, parse_json, read_bounded
 from vramopt.models.parameters import count_parameters
 from vramopt.types import MAX_COUNT, MlaSpec, MoeSpec, ModelSpec
 
