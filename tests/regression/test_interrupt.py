@@ -210,3 +210,19 @@ def test_no_cancellation_means_no_change():
     assert response.feasible and response.data["solver"]["status"] == "optimal"
     with cancellable(Cancellation()):
         assert vramopt.solve({"workload": {"model": "8b"}, "space": {"max_gpus": 2, "workers": 1}}).feasible
+
+
+def test_a_cancelled_scope_answers_nothing():
+    """issue 11 item 5: once requested, every later step raises Interrupted (solve, an
+    infeasible solve's relaxation search, pareto), whatever it would have answered."""
+    import vramopt
+    from vramopt import Cancellation, Interrupted, cancellable
+
+    token = Cancellation()
+    token.request()
+    with cancellable(token):
+        for call, request in ((vramopt.solve, {"workload": {"model": "8b"}, "space": {"max_gpus": 2}}),
+                              (vramopt.solve, {"workload": {"model": "405b"}, "space": {"max_gpus": 1, "gpus": ["rtx4090"]}}),
+                              (vramopt.solve, {"workload": {"model": "8b"}, "space": {"max_gpus": 2}, "engine": "exhaustive"})):
+            with pytest.raises(Interrupted):
+                call(request)

@@ -16,6 +16,7 @@ import numpy as np
 from vramopt.costs.precision import PRECISION_ADAM_BYTES, PRECISION_BYTES
 from vramopt.errors import VramoptError
 from vramopt.hardware import all_gpus
+from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, build_problem
@@ -64,6 +65,7 @@ _NO_DEADLINE = _Deadline()
 
 
 def _try(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> Problem | None:
+    check_cancelled()  # before the try: Interrupted is a VramoptError and must not read as "does not fit"
     if deadline.passed():
         return None
     try:
