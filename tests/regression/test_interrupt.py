@@ -214,7 +214,7 @@ def test_no_cancellation_means_no_change():
 
 def test_a_cancelled_scope_answers_nothing():
     """issue 11 item 5: once requested, every later step raises Interrupted (solve, an
-    infeasible solve's relaxation search, pareto), whatever it would have answered."""
+    infeasible solve's relaxation search, the exhaustive engine), whatever it would have answered."""
     import vramopt
     from vramopt import Cancellation, Interrupted, cancellable
 
