@@ -536,7 +536,11 @@ def offload_limits(gpu_name: str) -> tuple[float, float]:
 @click.option("--debug", is_flag=True, hidden=True, help="Show the traceback of internal errors.")
 def main(debug: bool) -> None:
     """Find the highest-throughput combination of GPU memory techniques that keeps every
-    GPU within its memory headroom. GB = 1e9 bytes throughout."""
+    GPU within its memory headroom. GB = 1e9 bytes throughout.
+
+    Exit statuses: 0 success, 1 stdout cannot take the output, 2 bad input or no plan,
+    70 internal error (please report), 130 interrupted.
+    """
 
 
 @main.command()
