@@ -134,11 +134,12 @@ def interrupt_watch() -> Iterator[Cancellation]:
     handler cannot run, so the signal is also written to a wake-up pipe that a helper
     thread reads: it stops the searches in flight (again every 0.1 s, for one that was just
     starting). Python's own handler then raises KeyboardInterrupt as soon as the main
-    thread is back in Python. Nothing is installed outside the main thread or when SIGINT
-    is not Python's default handler (ignored, or handled by an embedding program).
+    thread is back in Python. Nothing is installed outside the main thread, off POSIX, or when
+    SIGINT is not Python's default handler (ignored, or handled by an embedding program).
     """
     token = Cancellation()
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    watchable = os.name == "posix" and threading.current_thread() is threading.main_thread()
+    if not watchable or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         with cancellable(token):
             yield token
         return
