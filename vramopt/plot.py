@@ -15,9 +15,11 @@ from vramopt.units import BYTES_PER_GB
 
 
 def write_front_png(response: Mapping[str, Any], path: str) -> None:
-    png = front_png(response)
-    with open(path, "wb") as stream:
-        stream.write(png)
+    """Write the PNG to ``path`` as the CLI writes its outputs: atomically, and only over a
+    regular file (vramopt.output_files)."""
+    from vramopt.output_files import write_files_atomically
+
+    write_files_atomically({path: front_png(response)})
 
 
 def front_png(response: Mapping[str, Any]) -> bytes:
