@@ -25,9 +25,13 @@ from vramopt.hardware import load_gpu
 from vramopt.types import MAX_COUNT, WORKLOADS, GpuSpec
 
 MAX_JOB_WEIGHT = 1e6
-"""Largest job weight: weights are relative priorities, and the packing objective sums
-weight x normalized throughput in millionths as int64 (assumption: a million-to-one
-priority is more than any queue needs)."""
+"""Largest job weight (assumption: a million-to-one priority is more than any queue needs)."""
+
+MAX_WEIGHT_SPREAD = 1e6
+"""The largest weight of a queue may be at most this many times its smallest. Weights are
+relative: the packing objective counts each job in steps of 1e-6 of the smallest weight
+(so a queue's answer does not change when all its weights are scaled), and this bound
+keeps the integer objective within int64 (assumption, as for MAX_JOB_WEIGHT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,21 @@ class RunningJob:
 
 
 JOB_FIELDS = tuple(PackJob.__slots__)
+
+SERVING_JOB_FIELDS = ("context", "min_slots", "max_latency_ms")
+TRAINING_JOB_FIELDS = ("seq_len", "global_batch")
+ADAPTER_JOB_FIELDS = ("lora_rank",)
+"""Job keys that only one kind of workload has: given on another, they would be ignored,
+so they are refused (as ``solve`` refuses --context with --workload train)."""
+
+
+def gpu_index(text: str) -> int | None:
+    """A GPU index written as text (a MIG key, a running GPU): ASCII decimal digits without
+    sign, spaces or leading zeros, so that '+1', ' 1', '01' and non-ASCII digits are not
+    read as GPU 1. None when the text is not such an index."""
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
 
 
 def read_document(path: str) -> Any:
@@ -122,10 +141,10 @@ def _mig_geometry_ok(gpu: GpuSpec, profiles: tuple[str, ...]) -> bool:
 
 
 def parse_cluster(data: Any, source: str = "cluster") -> tuple[ClusterNode, ...]:
-    if not isinstance(data, dict) or set(data) - {"nodes", "network"} or "nodes" not in data:
-        raise InputError(f"{source}: must be an object with 'nodes' (and optionally 'network')")
-    if data.get("network"):
-        raise InputError(f"{source}: 'network' is not used yet (each GPU type's network bandwidth comes from the hardware catalog); remove it")
+    if isinstance(data, dict) and "network" in data:
+        raise InputError(f"{source}: 'network' is not used (each GPU type's network bandwidth comes from the hardware catalog); remove it")
+    if not isinstance(data, dict) or set(data) - {"nodes"} or "nodes" not in data:
+        raise InputError(f"{source}: must be an object with only 'nodes'")
     if not isinstance(data["nodes"], list) or not data["nodes"]:
         raise InputError(f"{source}: 'nodes' must be a non-empty list")
     nodes, names = [], set()
@@ -165,16 +184,17 @@ def parse_cluster(data: Any, source: str = "cluster") -> tuple[ClusterNode, ...]
             raise InputError(f"{where}.mig must map a GPU index to a list of MIG profiles")
         mig: dict[int, tuple[str, ...]] = {}
         for key, profiles in mig_raw.items():
-            try:
-                gpu_index = int(key)
-            except (TypeError, ValueError):
-                raise InputError(f"{where}.mig: '{key}' is not a GPU index") from None
-            if not 0 <= gpu_index < count:
-                raise InputError(f"{where}.mig: GPU {gpu_index} does not exist (node has {count})")
+            carved = key if isinstance(key, int) and not isinstance(key, bool) else gpu_index(key)
+            if carved is None:
+                raise InputError(f"{where}.mig: {show_value(key)} is not a GPU index (digits 0-9, no sign or leading zero)")
+            if not 0 <= carved < count:
+                raise InputError(f"{where}.mig: GPU {carved} does not exist (node has {count})")
+            if carved in mig:
+                raise InputError(f"{where}.mig lists GPU {carved} twice")
             if not gpu.mig_profiles:
-                raise InputError(f"node '{name}': MIG instances on GPU {gpu_index}, but {gpu.name} has no MIG profiles")
-            if gpu_index in free:
-                raise InputError(f"node '{name}': GPU {gpu_index} is listed both as a free whole GPU and as carved into MIG instances")
+                raise InputError(f"node '{name}': MIG instances on GPU {carved}, but {gpu.name} has no MIG profiles")
+            if carved in free:
+                raise InputError(f"node '{name}': GPU {carved} is listed both as a free whole GPU and as carved into MIG instances")
             if not isinstance(profiles, list) or not all(isinstance(profile, str) for profile in profiles):
                 raise InputError(f"{where}.mig.{key} must be a list of profile names")
             known = {profile.name for profile in gpu.mig_profiles}
@@ -182,8 +202,8 @@ def parse_cluster(data: Any, source: str = "cluster") -> tuple[ClusterNode, ...]
                 if profile not in known:
                     raise InputError(f"node '{name}': '{profile}' is not a MIG profile of {gpu.name} ({', '.join(sorted(known))})")
             if not _mig_geometry_ok(gpu, tuple(profiles)):
-                raise InputError(f"node '{name}': MIG instances {profiles} on GPU {gpu_index} do not fit one {gpu.name} (MIG placement rules)")
-            mig[gpu_index] = tuple(profiles)
+                raise InputError(f"node '{name}': MIG instances {profiles} on GPU {carved} do not fit one {gpu.name} (MIG placement rules)")
+            mig[carved] = tuple(profiles)
         host = _number(item.get("host_ram_bytes", gpu.node.host_ram_bytes), f"{where}.host_ram_bytes")
         nvme = _number(item.get("nvme_bytes", gpu.node.nvme_capacity_bytes), f"{where}.nvme_bytes")
         nodes.append(ClusterNode(name, gpu, count, tuple(sorted(free)), mig, host, nvme))
@@ -213,8 +233,10 @@ def parse_jobs(data: Any, source: str = "jobs") -> tuple[PackJob, ...]:
             raise InputError(f"{source}: duplicate job id '{job_id}'")
         ids.add(job_id)
         values = dict(item)
-        if values.get("workload", "train") not in WORKLOADS:
-            raise InputError(f"job '{job_id}': workload '{values.get('workload')}' is not one of {', '.join(WORKLOADS)}")
+        workload = values.get("workload", "train")
+        if workload not in WORKLOADS:
+            raise InputError(f"job '{job_id}': workload {show_value(workload)} is not one of {', '.join(WORKLOADS)}")
+        _check_workload_fields(job_id, workload, values)
         for key in ("max_gpus", "seq_len", "global_batch", "context", "lora_rank", "min_slots"):
             if key in values and values[key] is not None:
                 if _integer(values[key], f"job '{job_id}' {key}", 1) > MAX_COUNT:
@@ -236,7 +258,31 @@ def parse_jobs(data: Any, source: str = "jobs") -> tuple[PackJob, ...]:
         if "weight" in values:
             values["weight"] = float(values["weight"])
         jobs.append(PackJob(**values))
+    check_weight_spread(jobs)
     return tuple(jobs)
+
+
+def check_weight_spread(jobs) -> None:
+    """Refuse a queue whose weights span more than MAX_WEIGHT_SPREAD (a typed error)."""
+    if not jobs:
+        return
+    smallest = min(jobs, key=lambda job: job.weight)
+    largest = max(jobs, key=lambda job: job.weight)
+    # The relative slack keeps a spread of exactly 1e6 (0.1 and 1e-7) on the allowed side of float rounding.
+    if not smallest.weight > 0 or largest.weight > MAX_WEIGHT_SPREAD * smallest.weight * (1 + 1e-9):
+        raise InputError(
+            f"job '{smallest.id}' weight {smallest.weight:g} is below 1/{MAX_WEIGHT_SPREAD:g} of job '{largest.id}' weight "
+            f"{largest.weight:g}: weights are relative priorities and may span at most {MAX_WEIGHT_SPREAD:g} to 1")
+
+
+def _check_workload_fields(job_id: str, workload: str, values: Mapping[str, Any]) -> None:
+    other = TRAINING_JOB_FIELDS if workload == "infer" else SERVING_JOB_FIELDS
+    if workload not in ("lora", "qlora"):
+        other += ADAPTER_JOB_FIELDS
+    for key in other:
+        if key in values:
+            kind = "serving (infer)" if key in SERVING_JOB_FIELDS else "lora/qlora" if key in ADAPTER_JOB_FIELDS else "training"
+            raise InputError(f"job '{job_id}': '{key}' is a {kind} field and does not apply to workload {workload}; remove it")
 
 
 def parse_running(data: Any, nodes: tuple[ClusterNode, ...], source: str = "running") -> tuple[RunningJob, ...]:
@@ -245,11 +291,16 @@ def parse_running(data: Any, nodes: tuple[ClusterNode, ...], source: str = "runn
     if not isinstance(data, list):
         raise InputError(f"{source}: must be a list of running jobs")
     by_name = {node.name: node for node in nodes}
-    running = []
+    running, ids = [], set()
     for index, item in enumerate(data):
         where = f"{source}: [{index}]"
-        if not isinstance(item, dict) or set(item) - {"job", "gpus_by_node"} or "gpus_by_node" not in item:
-            raise InputError(f"{where} must be an object with 'job' and 'gpus_by_node'")
+        if not isinstance(item, dict) or set(item) != {"job", "gpus_by_node"}:
+            raise InputError(f"{where} must be an object with exactly 'job' and 'gpus_by_node'")
+        if not isinstance(item["job"], str) or not item["job"].strip():
+            raise InputError(f"{where}.job must be a non-empty string (the running job's id)")
+        if item["job"] in ids:
+            raise InputError(f"{source}: running job '{item['job']}' appears twice")
+        ids.add(item["job"])
         if not isinstance(item["gpus_by_node"], dict):
             raise InputError(f"{where}.gpus_by_node must map node names to GPU indices or MIG instances")
         for name, used in item["gpus_by_node"].items():
@@ -257,5 +308,5 @@ def parse_running(data: Any, nodes: tuple[ClusterNode, ...], source: str = "runn
                 raise InputError(f"{where}: unknown node '{name}'")
             if not isinstance(used, list):
                 raise InputError(f"{where}.gpus_by_node.{name} must be a list")
-        running.append(RunningJob(str(item.get("job", f"running-{index}")), {name: tuple(used) for name, used in item["gpus_by_node"].items()}))
+        running.append(RunningJob(item["job"], {name: tuple(used) for name, used in item["gpus_by_node"].items()}))
     return tuple(running)

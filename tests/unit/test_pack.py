@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 
 from tests.cli_runner import invoke
 from vramopt import cli
-from vramopt.cluster import parse_cluster, parse_jobs, parse_running
+from vramopt.cluster import gpu_index, parse_cluster, parse_jobs, parse_running
 from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
-from vramopt.optimizer.pack import apply_running, brute_force, build_model, job_options, objective_of, solve_pack
+from vramopt.optimizer.pack import apply_running, job_options, solve_pack
+from vramopt.optimizer.pack_brute_force import brute_force, fits_capacities
+from vramopt.optimizer.pack_greedy import greedy
+from vramopt.optimizer.pack_options import node_count_ladder
+from vramopt.optimizer.pack_value import STEPS_PER_SMALLEST_WEIGHT, Values, objective_of, rank
 from vramopt.types import ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 CLUSTER = {"nodes": [
@@ -153,9 +157,38 @@ def test_cp_sat_packing_equals_brute_force(instance):
         if placement["admitted"]:
             option_index = next(index for index, option in enumerate(options[job_index]) if option.response["plan"] == placement["plan"])
             admitted[job_index] = (option_index, [])
-    value, gpus = objective_of(jobs, options, best, admitted)
+    values = Values(jobs, options, best)
+    value, gpus = objective_of(values, options, admitted)
     assert (value, -gpus) == expected
     check_valid(response, nodes, job_list)
+    # The greedy floor is a valid assignment and never beats the optimum.
+    floor = greedy(jobs, options, values, nodes)
+    assert fits_capacities(nodes, options, [(floor[job][0], tuple(floor[job][1])) if job in floor else None for job in range(len(jobs))])
+    assert rank(values, options, floor) <= expected
+
+
+def test_node_count_ladder_is_dense_then_doubling():
+    assert node_count_ladder(1) == []
+    assert node_count_ladder(5) == [2, 3, 4, 5]
+    assert node_count_ladder(120) == [2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 120]
+    assert node_count_ladder(64) == [2, 3, 4, 5, 6, 7, 8, 16, 32, 64]
+
+
+@pytest.mark.parametrize("text, index", [("0", 0), ("7", 7), ("12", 12), ("+1", None), ("01", None), (" 1", None),
+                                         ("\u0661", None), ("1.0", None), ("", None), ("-1", None)])
+def test_gpu_index_text_is_plain_ascii_digits(text, index):
+    assert gpu_index(text) == index
+
+
+def test_values_count_in_steps_of_the_smallest_weight():
+    nodes = parse_cluster({"nodes": [{"name": "n1", "gpu": "h100", "gpus": 8}]})
+    jobs = parse_jobs([{"id": "a", "model": "8b", "workload": "infer", "weight": 2e-7, "max_gpus": 2},
+                       {"id": "b", "model": "8b", "workload": "infer", "weight": 1e-7, "max_gpus": 2}])
+    options, best = job_options(jobs, nodes)
+    values = Values(jobs, options, best)
+    assert values.best_of(0) == 2 * values.best_of(1) == 2 * STEPS_PER_SMALLEST_WEIGHT
+    assert all(value >= 1 for row in values.table for value in row)
+    assert values.report(values.best_of(0) + values.best_of(1)) == pytest.approx(3e-7)
 
 
 

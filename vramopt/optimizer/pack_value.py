@@ -1,0 +1,58 @@
+"""The packing objective in integers: each admitted job counts its weight times its
+normalized throughput (tokens/s of its option / its best tokens/s on this inventory).
+
+Weights are relative priorities. CP-SAT needs integers, so the objective counts in steps of
+``1 / STEPS_PER_SMALLEST_WEIGHT`` of the *smallest* weight of the queue: scaling every
+weight by the same factor (1e-7 or 1e6) changes nothing, and the job with the smallest
+weight still tells its best option from one 1e-6 slower. Every option of positive
+throughput counts at least one step, so admitting a job where it fits always beats leaving
+it out. ``vramopt.cluster.MAX_WEIGHT_SPREAD`` bounds largest / smallest weight, which keeps
+the sum within int64.
+"""
+
+from __future__ import annotations
+
+from vramopt.cluster import PackJob, check_weight_spread
+
+STEPS_PER_SMALLEST_WEIGHT = 1_000_000
+"""Integer steps of normalized throughput for the smallest weight (1e-6 resolution)."""
+
+
+class Values:
+    """Integer objective coefficients of every (job, option), and their report."""
+
+    def __init__(self, jobs, options, best) -> None:
+        check_weight_spread(jobs)
+        self.unit_weight = min((job.weight for job in jobs), default=1.0)
+        self.table = [[self._value(job, option.tokens_per_s, best[index]) for option in options[index]]
+                      for index, job in enumerate(jobs)]
+
+    def _value(self, job: PackJob, tokens_per_s: float, best: float) -> int:
+        if best <= 0 or tokens_per_s <= 0:
+            return 0
+        steps = STEPS_PER_SMALLEST_WEIGHT * (job.weight / self.unit_weight) * min(tokens_per_s / best, 1.0)
+        return max(1, int(round(steps)))
+
+    def of(self, job: int, option: int) -> int:
+        return self.table[job][option]
+
+    def best_of(self, job: int) -> int:
+        """What the job counts at most (its best option)."""
+        return max(self.table[job], default=0)
+
+    def report(self, value: int) -> float:
+        """An integer objective as weighted normalized throughput (sum of weight x share)."""
+        return value * self.unit_weight / STEPS_PER_SMALLEST_WEIGHT
+
+
+def objective_of(values: Values, options, assignment: dict) -> tuple[int, int]:
+    """(integer value, whole GPUs used) of an assignment {job: (option, nodes)}."""
+    value = sum(values.of(job, option) for job, (option, _) in assignment.items())
+    gpus = sum(options[job][option].gpus for job, (option, _) in assignment.items())
+    return value, gpus
+
+
+def rank(values: Values, options, assignment: dict) -> tuple[int, int]:
+    """What the objective prefers, as a key: more value, then fewer whole GPUs."""
+    value, gpus = objective_of(values, options, assignment)
+    return value, -gpus
