@@ -8,7 +8,7 @@ interpreter for reference. Targets (issue 11): ``gpus``, ``models``, ``estimate`
 on 2 cores.
 
     python benchmarks/cli_start.py [--runs 7]
-    PYTHONPATH=/path/to/other/checkout python benchmarks/cli_start.py   # another version
+    python benchmarks/cli_start.py --version before=/path/to/old/checkout --version after=.
 """
 
 from __future__ import annotations
@@ -33,28 +33,41 @@ COMMANDS: tuple[tuple[str, list[str]], ...] = (
 )
 
 
-def time_command(command: list[str], runs: int) -> tuple[float, float, int]:
-    """Best and median wall seconds over ``runs`` runs, and the last exit status."""
-    times = []
-    status = 0
-    for _ in range(runs):
-        started = time.perf_counter()
-        completed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - started)
-        status = completed.returncode
-    return min(times), statistics.median(times), status
+def run_once(command: list[str], pythonpath: str | None) -> tuple[float, int]:
+    environment = dict(os.environ)
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = pythonpath
+    started = time.perf_counter()
+    completed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    return time.perf_counter() - started, completed.returncode
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7, help="runs per command (default 7)")
+    parser.add_argument("--runs", type=int, default=7, help="runs per command and version (default 7)")
+    parser.add_argument("--version", dest="versions", action="append", default=[], metavar="LABEL=PATH",
+                        help="also time the checkout at PATH (put first on PYTHONPATH); repeat to compare several. "
+                             "The runs of all versions alternate, so that they share the machine's load.")
     options = parser.parse_args()
-    source = os.environ.get("PYTHONPATH") or "installed vramopt"
-    print(f"vramopt CLI start-up, {options.runs} runs each, {os.cpu_count()} CPUs, {source}")
-    print(f"{'command':52}  {'best s':>7}  {'median s':>8}  exit")
+    versions: list[tuple[str, str | None]] = [("installed", os.environ.get("PYTHONPATH"))] if not options.versions else []
+    for item in options.versions:
+        label, _, path = item.partition("=")
+        versions.append((label, path or None))
+    print(f"vramopt CLI start-up: wall seconds, best and median of {options.runs} runs, {os.cpu_count()} CPUs; "
+          f"load average {os.getloadavg()[0]:.2f} at the start")
+    header = "".join(f"  {label + ' best':>14}  {label + ' median':>16}" for label, _ in versions)
+    print(f"{'command':48}{header}")
     for name, command in COMMANDS:
-        best, median, status = time_command(command, options.runs)
-        print(f"{name:52}  {best:7.3f}  {median:8.3f}  {status:4d}")
+        times: dict[str, list[float]] = {label: [] for label, _ in versions}
+        statuses: dict[str, int] = {}
+        for _ in range(options.runs):
+            for label, path in versions:
+                elapsed, statuses[label] = run_once(command, path)
+                times[label].append(elapsed)
+        cells = "".join(f"  {min(times[label]):14.3f}  {statistics.median(times[label]):16.3f}" for label, _ in versions)
+        failed = [label for label, status in statuses.items() if status != 0]
+        print(f"{name:48}{cells}" + (f"  (exit status not 0: {', '.join(failed)})" if failed else ""))
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":
