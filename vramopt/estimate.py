@@ -13,6 +13,7 @@ from vramopt.costs.coefficients import coefficient
 from vramopt.costs.lora import adapter_parameters, frozen_bytes_per_parameter
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.errors import InputError
+from vramopt.input_files import check_fields
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.plan import check_plan, nodes_used
@@ -52,6 +53,7 @@ def training_case(workload: TrainingWorkload, gpu_name: str) -> TrainingCase:
 
 
 def estimate_training(workload: TrainingWorkload, plan: TrainingPlan) -> TrainingEstimate:
+    check_fields(workload, plan)  # integers too large to print or to convert to float
     case = training_case(workload, plan.gpu)
     plan = TrainingPlan(**{**_plan_fields(plan), "gpu": case.gpu.name})
     columns = check_plan(case, plan)
@@ -132,6 +134,7 @@ def serving_columns(case: ServingCase, plans) -> ServingColumns:
 
 
 def estimate_serving(workload: ServingWorkload, plan: ServingPlan) -> ServingEstimate:
+    check_fields(workload, plan)  # integers too large to print or to convert to float
     case = serving_case(workload, plan.gpu)
     plan = replace(plan, gpu=case.gpu.name)
     columns = serving_columns(case, [plan])

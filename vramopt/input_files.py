@@ -11,6 +11,7 @@ Each failure is the caller's error type (``InputError`` or ``CatalogError``), on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -149,3 +150,14 @@ def check_integers(document: Any, fail: Failure, where: str = "") -> None:
             seen.add(id(value))
             for index, item in enumerate(value):
                 stack.append((item, f"{place}[{index}]"))
+
+
+def check_fields(*instances: Any) -> None:
+    """``check_integers`` over the fields of request dataclasses (workloads, plans, search
+    spaces) that a caller built directly: an ``InputError`` naming the field."""
+    from vramopt.errors import InputError
+
+    for instance in instances:
+        if dataclasses.is_dataclass(instance) and not isinstance(instance, type):
+            for item in dataclasses.fields(instance):
+                check_integers(getattr(instance, item.name), InputError, item.name)

@@ -99,3 +99,22 @@ def test_api_pack_refuses_huge_integers_in_cluster_and_jobs():
         with pytest.raises(InputError) as caught:
             vramopt.pack(request)
         assert "integer" in str(caught.value)
+
+
+def test_library_entry_points_refuse_huge_integers_in_dataclasses():
+    """issue 11 item 7: the dataclass entry points (estimate_training, estimate_serving,
+    the solver's search) raise the typed error, not the ValueError of printing the value."""
+    from vramopt.optimizer.search import solve
+
+    cases = [
+        lambda: vramopt.estimate_training(vramopt.TrainingWorkload(model="8b", seq_len=10**5000), vramopt.TrainingPlan(gpu="b200", gpus=1)),
+        lambda: vramopt.estimate_training(vramopt.TrainingWorkload(model="8b"), vramopt.TrainingPlan(gpu="b200", gpus=10**5000)),
+        lambda: vramopt.estimate_serving(vramopt.ServingWorkload(model="8b", context=10**5000), vramopt.ServingPlan(gpu="h100", gpus=1)),
+        lambda: vramopt.estimate_serving(vramopt.ServingWorkload(model="8b", max_latency_ms=10**400), vramopt.ServingPlan(gpu="h100", gpus=1)),
+        lambda: solve(vramopt.TrainingWorkload(model="8b", global_batch=10**5000), vramopt.SearchSpace(max_gpus=2)),
+        lambda: solve(vramopt.TrainingWorkload(model="8b"), vramopt.SearchSpace(max_gpus=2, pin={"tensor_parallel": 10**5000})),
+    ]
+    for case in cases:
+        with pytest.raises(InputError) as caught:
+            case()
+        assert "integer" in str(caught.value) and len(str(caught.value)) < 400

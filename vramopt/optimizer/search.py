@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
+from vramopt.input_files import check_fields
 from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice, plan_values
 from vramopt.optimizer.empty_domains import EmptyDomainError
@@ -43,6 +44,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     """The best plan for a TrainingWorkload or a ServingWorkload within ``space``."""
     if engine not in ENGINES:
         raise VramoptError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
+    check_fields(workload, space)  # integers too large to print or to convert to float
     started = time.perf_counter()
     try:
         problem = build_problem(workload, space)
