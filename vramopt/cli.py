@@ -540,7 +540,7 @@ def main(debug: bool) -> None:
     GPU within its memory headroom. GB = 1e9 bytes throughout.
 
     Exit statuses: 0 success, 1 stdout cannot take the output, 2 bad input or no plan,
-    70 internal error (please report), 130 interrupted.
+    70 a bug in vramopt (please report it), 130 interrupted.
     """
 
 
