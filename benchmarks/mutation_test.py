@@ -19,8 +19,11 @@ would "catch" every mutation without saying anything about the cost model.
 
 First the unmutated copy runs once (``--no-baseline`` skips it): a test that already fails
 there is reported and deselected from the mutation runs. Output: one row per mutation with
-the first failing test (caught) or SURVIVED, and the seconds the run took. Exit status 1 if
-a mutation survived or a run timed out, 2 if a mutation's text is not found.
+the first failing test (caught) or SURVIVED, and the seconds the run took. A catch is
+confirmed by running that test alone twice: it must fail with the mutation and pass without
+it (otherwise the row says UNCONFIRMED: an order-dependent or flaky failure caught nothing).
+Exit status 1 if a mutation survived, was unconfirmed or timed out, 2 if a mutation's text
+is not found.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ORDER = ("tests/unit", "tests/golden", "tests/regression", "tests/property", "tests/cli", "tests/fuzz")
 """Fast, formula-level tests first: with -x the run stops at the first test that notices."""
-FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - (.*))?$", re.M)
 
 
 @dataclass(frozen=True)
@@ -152,8 +155,11 @@ def run_suite(copy: Path, tests: list[str], deselect: list[str], stop_at_first: 
         completed = subprocess.run(command, cwd=copy, env=environment, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return [], True, time.perf_counter() - started, "timed out"
-    failing = FAILED_LINE.findall(completed.stdout)
+    failing = [test for test, _ in FAILED_LINE.findall(completed.stdout)]
     last = (completed.stdout.strip().splitlines() or [""])[-1]
+    messages = [message for _, message in FAILED_LINE.findall(completed.stdout)]
+    if failing and messages[0]:
+        last = messages[0][:160]
     if completed.returncode not in (0, 1) and not failing:  # collection error, usage error, crash
         failing = [f"(pytest exit {completed.returncode}: {last})"]
     return failing, False, time.perf_counter() - started, last
@@ -213,11 +219,23 @@ def main() -> int:
             path.write_text(original.replace(mutation.find, mutation.replace), encoding="utf-8")
             try:
                 failing, timed_out, seconds, last = run_suite(copy, arguments.tests, deselect, True, arguments.timeout_s)
+                # A catch counts when the failing test, run alone, fails with the mutation ...
+                alone_mutated = bool(failing) and bool(run_suite(copy, [failing[0]], [], True, arguments.timeout_s)[0])
             finally:
                 path.write_text(original, encoding="utf-8")
-            verdict = "TIMEOUT" if timed_out else (failing[0] if failing else "SURVIVED")
+            # ... and passes without it (not an order-dependent or flaky failure).
+            alone_clean = bool(failing) and not run_suite(copy, [failing[0]], [], True, arguments.timeout_s)[0]
+            if timed_out:
+                verdict = "TIMEOUT"
+            elif not failing:
+                verdict = "SURVIVED"
+            elif alone_mutated and alone_clean:
+                verdict = failing[0]
+            else:
+                verdict = f"UNCONFIRMED ({failing[0]} alone: {'fails' if alone_mutated else 'passes'} mutated, " \
+                          f"{'passes' if alone_clean else 'fails'} unmutated)"
             rows.append((mutation, verdict, seconds))
-            print(f"{mutation.name}: {verdict} ({seconds:.0f} s{'; ' + last if verdict == 'SURVIVED' else ''})", flush=True)
+            print(f"{mutation.name}: {verdict} ({seconds:.0f} s; {last})", flush=True)
     print()
     width = max(len(mutation.name) for mutation, _, _ in rows)
     files = max(len(mutation.path.removeprefix(COSTS)) for mutation, _, _ in rows)
@@ -225,7 +243,7 @@ def main() -> int:
     print(f"{'-' * width}  {'-' * files}  {'-' * 5}  {'-' * 9}")
     for mutation, verdict, seconds in rows:
         print(f"{mutation.name:<{width}}  {mutation.path.removeprefix(COSTS):<{files}}  {seconds:>5.0f}  {verdict}")
-    survived = [mutation.name for mutation, verdict, _ in rows if verdict in ("SURVIVED", "TIMEOUT")]
+    survived = [mutation.name for mutation, verdict, _ in rows if verdict.startswith(("SURVIVED", "TIMEOUT", "UNCONFIRMED"))]
     print(f"\n{len(rows) - len(survived)} of {len(rows)} mutations caught" + (f"; not caught: {', '.join(survived)}" if survived else ""))
     return 1 if survived else 0
 
