@@ -197,7 +197,7 @@ def summary_cell(estimate: TrainingEstimate | str) -> str:
 
 
 def main() -> None:
-    print("vramopt against the seed's recommended stack: Llama 3.1 70B on B200 (180 GB, 10% headroom)")
+    print("vramopt against the seed's recommended stack: Llama 3.1 70B on B200 (180 GB datasheet, 191.5 GB runtime-reported capacity, 10% headroom)")
     print("x seed stack: tokens/s over the seed stack's tokens/s as evaluated (what it would reach if it fit)")
     results = {}
     for name, seq_len, global_batch in WORKLOADS:
