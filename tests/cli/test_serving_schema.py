@@ -103,7 +103,10 @@ def test_serving_json_is_self_consistent(args):
     assert requirements["met"] is (requirements["min_slots_met"] and requirements["max_latency_met"])
 
 
+@pytest.mark.docs_snapshot
 def test_the_seed_case_reports_the_numbers_docs_quote():
+    # A change detector, not validation: 5,795 and 18.6 are what the code printed when
+    # docs/claims.md was written (benchmarks/serving_claims.py regenerates them).
     response = serve_json(CASES["seed-70b-fp8-b200"])
     assert response["workload"] == "infer" and response["schema"] == vramopt.SCHEMA
     assert response["plan"]["context"] == 8192 and response["plan"]["quantization"] == "fp8"
