@@ -812,5 +812,10 @@ def export_plan(response: dict, target: str, path: str) -> None:
         echo(f"note ({target}): {note}", err=True)
 
 
+from vramopt.cli_sweep import add_sweep_command  # noqa: E402 - the sweep command's body lives there
+
+add_sweep_command(main)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
