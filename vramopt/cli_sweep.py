@@ -87,7 +87,7 @@ def add_sweep_command(group: click.Group) -> None:
     @click.option("--max-gpus", "max_gpus", multiple=True, type=click.IntRange(1, MAX_GPUS_LIMIT),
                   help="Most GPUs a plan may use (repeat for several).  [default: 8]")
     @click.option("--seq-len", "seq_lens", multiple=True, type=click.IntRange(1, MAX_COUNT),
-                  help="Tokens per sequence; for infer the context (repeat for several).  [default: 4096 train, 8192 infer]")
+                  help="Tokens per sequence; for infer the context (repeat for several).  [default: 4096 train, 8192 infer, at most the model's context]")
     @click.option("--grid", "grid_path", type=str, default=None,
                   help="Read the axes from a TOML or CSV grid file (docs/sweep.md) instead of the axis flags.")
     @click.option("--headroom", type=HeadroomType(), default=0.10, show_default=True,

@@ -32,7 +32,8 @@ MAX_GPUS_LIMIT = 1_048_576
 
 DEFAULT_SEQ_LEN = 0
 """A seq_lens value meaning "the workload's own default": 4,096 tokens per training
-sequence (TrainingWorkload.seq_len), an 8,192-token serving context (ServingWorkload.context)."""
+sequence (TrainingWorkload.seq_len), an 8,192-token serving context (ServingWorkload.context),
+each shortened to the model's context when that is shorter (GPT-3 and OPT: 2,048)."""
 
 COLUMNS = (
     # The cell.
@@ -153,10 +154,14 @@ class SweepGrid:
 
 def cells(grid: SweepGrid) -> Iterator[Cell]:
     """Every cell, models outermost, then workloads, GPU types, max-GPU values and sequence
-    lengths, each axis in the order given: the order of the output rows."""
+    lengths, each axis in the order given: the order of the output rows. A seq_lens 0
+    becomes the workload's default length, at most the model's context."""
+    from vramopt.models import load_model
+
     for model, workload, gpu, max_gpus, seq_len in itertools.product(*(getattr(grid, axis) for axis in AXES)):
         if seq_len == DEFAULT_SEQ_LEN:
-            seq_len = ServingWorkload(model=model).context if workload == "infer" else TrainingWorkload(model=model).seq_len
+            default = ServingWorkload(model=model).context if workload == "infer" else TrainingWorkload(model=model).seq_len
+            seq_len = min(default, load_model(model).max_context)
         yield Cell(model, workload, gpu, max_gpus, seq_len, grid.headroom_fraction, grid.time_limit_s)
 
 

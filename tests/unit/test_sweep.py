@@ -62,6 +62,9 @@ def test_grid_names_are_the_catalog_spellings_and_the_order_is_the_product_in_ax
         ("llama-3.1-70b", "train", "h100", "8", "4096"),
     ]
     assert keys[-1] == ("llama-3.1-8b", "train", "h100", "1", "2048")
+    # the default length stops at the model's context (OPT-13B: 2,048 tokens)
+    short = SweepGrid(models=("opt-13b",), gpus=("h100",), workloads=("train", "infer"))
+    assert [cell.seq_len for cell in cells(short)] == [2048, 2048]
 
 
 @pytest.mark.parametrize(("axes", "message"), [
