@@ -143,8 +143,10 @@ def add_sweep_command(group: click.Group) -> None:
             done_lines, complete_bytes = read_done_rows(output_path, grid_cells)
             os.truncate(output_path, complete_bytes)  # drop a last line a killed run cut short
         in_order = [cell.key for cell in grid_cells[: len(done_lines)]] == list(done_lines)
-        bar = ProgressBar(sys.stderr) if not quiet and _is_terminal(sys.stdout) and _is_terminal(sys.stderr) else None
-        rows = run_sweep(grid, workers=workers or os.cpu_count() or 1, ray_address=ray_address,
+        # No bar when the CSV itself goes to the terminal: the two would garble each other.
+        terminals = _is_terminal(sys.stdout) and _is_terminal(sys.stderr)
+        bar = ProgressBar(sys.stderr) if not quiet and terminals and output_path is not None else None
+        rows = run_sweep(grid, workers=workers or _cpu_count(), ray_address=ray_address,
                          on_progress=bar.update if bar else None, done_keys=done_lines)
         new_lines: dict[tuple[str, ...], str] = {}
         try:
@@ -175,25 +177,35 @@ def add_sweep_command(group: click.Group) -> None:
                  f"({len(done_lines)} kept from the earlier run); wrote {written}")
 
 
+def _cpu_count() -> int:
+    """The CPUs this process may run on (a container's or taskset's limit, where known)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def line_key(row: dict[str, Any]) -> tuple[str, ...]:
     return (row["model"], row["workload"], row["gpu"], str(row["max_gpus"]), str(row["seq_len"]))
 
 
 def _write_rows(path: str, rows: Any, new_lines: dict[tuple[str, ...], str], header: bool) -> None:
-    """Append each row as one line, flushed, so the file is a valid CSV at every moment."""
+    """Append each row as one line, flushed, so the file is a valid CSV at every moment.
+    The file is opened when the first row is there: a backend that fails to start (a Ray
+    cluster out of reach) leaves no file behind."""
+    stream = None
     try:
-        stream = open(resolve_target(path), "a" if not header else "w", encoding="utf-8", newline="")
+        for row in rows:
+            if stream is None:
+                stream = open(resolve_target(path), "a" if not header else "w", encoding="utf-8", newline="")
+                if header:
+                    stream.write(HEADER_LINE)
+            line = row_line(row)
+            new_lines[line_key(row)] = line
+            stream.write(line)
+            stream.flush()
     except OSError as error:
         raise InputError(f"cannot write {display_path(path)}: {error.strerror or error}") from None
-    with stream:
-        try:
-            if header:
-                stream.write(HEADER_LINE)
-                stream.flush()
-            for row in rows:
-                line = row_line(row)
-                new_lines[line_key(row)] = line
-                stream.write(line)
-                stream.flush()
-        except OSError as error:
-            raise InputError(f"cannot write {display_path(path)}: {error.strerror or error}") from None
+    finally:
+        if stream is not None:
+            stream.close()

@@ -215,7 +215,8 @@ def _ignore_sigint() -> None:
 
 
 def _local_rows(pending: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
-    if workers == 1:
+    workers = min(workers, len(pending))  # no process without a cell to solve
+    if workers <= 1:
         for cell in pending:
             yield solve_cell(cell)
         return
@@ -236,10 +237,8 @@ def _local_rows(pending: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
 
 
 def _ray_rows(pending: list[Cell], address: str | None, window: int) -> Iterator[dict[str, Any]]:
-    try:
-        import ray
-    except ImportError:
-        raise InputError("--ray needs Ray, which is not installed: pip install 'vramopt[sweep]'") from None
+    import ray
+
     started = False
     if not ray.is_initialized():
         try:
@@ -270,7 +269,8 @@ def _ray_rows(pending: list[Cell], address: str | None, window: int) -> Iterator
 def run_sweep(grid: SweepGrid, *, workers: int = 1, ray_address: str | None = None,
               on_progress: Callable[[int, int], None] | None = None,
               done_keys: Iterable[tuple[str, ...]] = ()) -> Iterator[dict[str, Any]]:
-    """The rows of every cell not in ``done_keys``, in cell order.
+    """The rows of every cell not in ``done_keys``, in cell order (a generator; the
+    arguments are checked now, the cells solved as it is iterated).
 
     ``workers``: 1 solves in this process, more spreads the cells over that many local
     processes. ``ray_address`` (``local``: a Ray instance started here, ``auto``: the
@@ -279,7 +279,16 @@ def run_sweep(grid: SweepGrid, *, workers: int = 1, ray_address: str | None = No
     each row, ``total`` counting the cells this run solves."""
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
         raise InputError(f"sweep workers must be an integer from 1 to 1,024, got {show_value(workers)}")
-    skip = {tuple(key) for key in done_keys}
+    if ray_address is not None:
+        try:
+            import ray  # noqa: F401 - missing Ray is reported before any work
+        except ImportError:
+            raise InputError("--ray needs Ray, which is not installed: pip install 'vramopt[sweep]'") from None
+    return _sweep_rows(grid, workers, ray_address, on_progress, {tuple(key) for key in done_keys})
+
+
+def _sweep_rows(grid: SweepGrid, workers: int, ray_address: str | None, on_progress: Callable[[int, int], None] | None,
+                skip: set[tuple[str, ...]]) -> Iterator[dict[str, Any]]:
     pending = [cell for cell in cells(grid) if cell.key not in skip]
     total = len(pending)
     if ray_address is not None:

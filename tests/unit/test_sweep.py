@@ -222,6 +222,9 @@ def test_the_progress_bar_shows_on_a_terminal_only_and_not_with_quiet(tmp_path):
     assert status == 0 and "cells/s" not in quiet and "2 cells: 2 with a plan" in quiet, quiet
     piped, status = run_on_terminal([*axes, "--output", str(tmp_path / "c.csv")], stdout_terminal=False)
     assert status == 0 and piped == "", piped
+    # the CSV itself on the terminal: no bar to garble it
+    on_stdout, status = run_on_terminal(axes, stdout_terminal=True)
+    assert status == 0 and "cells/s" not in on_stdout and on_stdout.startswith("model,workload,gpu,"), on_stdout
 
 
 # ---------------------------------------------------------------------------------------
