@@ -20,8 +20,8 @@ import click
 from vramopt.errors import InputError
 from vramopt.input_files import display_path
 from vramopt.output_files import resolve_target, same_file, write_files_atomically
-from vramopt.sweep import DEFAULT_SEQ_LEN, MAX_GPUS_LIMIT, SweepGrid, cells, run_sweep
-from vramopt.sweep_files import HEADER_LINE, parquet_bytes, read_done_rows, read_grid, row_line
+from vramopt.sweep import COLUMNS, DEFAULT_SEQ_LEN, MAX_GPUS_LIMIT, SweepGrid, cells, run_sweep
+from vramopt.sweep_files import HEADER_LINE, parquet_bytes, read_done_rows, read_grid, row_key, row_line
 from vramopt.types import MAX_COUNT, WORKLOADS
 
 AXIS_FLAGS = {"models": "--model", "workloads": "--workload", "gpus": "--gpu", "max_gpus": "--max-gpus", "seq_lens": "--seq-len"}
@@ -154,7 +154,7 @@ def add_sweep_command(group: click.Group) -> None:
                 echo(HEADER_LINE.rstrip("\n"))
                 for row in rows:
                     line = row_line(row)
-                    new_lines[tuple(line_key(row))] = line
+                    new_lines[row_key(row)] = line
                     echo(line.rstrip("\n"))
             else:
                 _write_rows(output_path, rows, new_lines, header=not done_lines)
@@ -171,7 +171,7 @@ def add_sweep_command(group: click.Group) -> None:
             outputs[parquet_path] = parquet_bytes(text)
         write_files_atomically(outputs)
         if output_path is not None:
-            feasible = sum(1 for record in csv.reader(io.StringIO(text, newline="")) if record[5] == "true")
+            feasible = sum(1 for record in csv.reader(io.StringIO(text, newline="")) if record[COLUMNS.index("feasible")] == "true")
             written = " and ".join(display_path(path) for path in (output_path, parquet_path) if path)
             echo(f"{len(grid_cells)} cells: {feasible} with a plan, {len(grid_cells) - feasible} without "
                  f"({len(done_lines)} kept from the earlier run); wrote {written}")
@@ -183,10 +183,6 @@ def _cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def line_key(row: dict[str, Any]) -> tuple[str, ...]:
-    return (row["model"], row["workload"], row["gpu"], str(row["max_gpus"]), str(row["seq_len"]))
 
 
 def _write_rows(path: str, rows: Any, new_lines: dict[tuple[str, ...], str], header: bool) -> None:
@@ -201,7 +197,7 @@ def _write_rows(path: str, rows: Any, new_lines: dict[tuple[str, ...], str], hea
                 if header:
                     stream.write(HEADER_LINE)
             line = row_line(row)
-            new_lines[line_key(row)] = line
+            new_lines[row_key(row)] = line
             stream.write(line)
             stream.flush()
     except OSError as error:

@@ -37,7 +37,7 @@ each shortened to the model's context when that is shorter (GPT-3 and OPT: 2,048
 
 COLUMNS = (
     # The cell.
-    "model", "workload", "gpu", "max_gpus", "seq_len",
+    "model", "workload", "gpu", "max_gpus", "seq_len", "required_headroom_fraction",
     # The answer.
     "feasible", "status",
     # The plan (training fields are empty for serving rows and the other way round).
@@ -50,6 +50,10 @@ COLUMNS = (
     "binding_constraint", "reason",
 )
 """The columns of a sweep row, in file order."""
+
+KEY_COLUMNS = COLUMNS[:6]
+"""The columns that name a row's cell (the headroom too: --resume with another --headroom
+must not keep rows solved under the old one)."""
 
 TRAINING_PLAN_COLUMNS = ("data_parallel", "zero_stage", "checkpointing", "precision", "offload", "micro_batch")
 SERVING_PLAN_COLUMNS = ("quantization", "kv_cache_dtype", "slots", "mig_profile", "replicas")
@@ -71,7 +75,7 @@ class Cell:
     @property
     def key(self) -> tuple[str, str, str, str, str]:
         """The cell's identity as its CSV row spells it (``--resume`` matches on it)."""
-        return (self.model, self.workload, self.gpu, str(self.max_gpus), str(self.seq_len))
+        return (self.model, self.workload, self.gpu, str(self.max_gpus), str(self.seq_len), repr(float(self.headroom_fraction)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +177,8 @@ def solve_cell(cell: Cell) -> dict[str, Any]:
     from vramopt.api import SolveRequest, solve
 
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(model=cell.model, workload=cell.workload, gpu=cell.gpu, max_gpus=cell.max_gpus, seq_len=cell.seq_len)
+    row.update(model=cell.model, workload=cell.workload, gpu=cell.gpu, max_gpus=cell.max_gpus, seq_len=cell.seq_len,
+               required_headroom_fraction=float(cell.headroom_fraction))
     if cell.workload == "infer":
         workload: Any = ServingWorkload(model=cell.model, context=cell.seq_len, headroom_fraction=cell.headroom_fraction)
     else:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from vramopt.errors import InputError, show_value
 from vramopt.input_files import decode_utf8, display_path, read_bounded
-from vramopt.sweep import AXES, COLUMNS, Cell, SweepGrid
+from vramopt.sweep import AXES, COLUMNS, KEY_COLUMNS, Cell, SweepGrid
 
 MAX_GRID_FILE_BYTES = 1_000_000
 """A grid file lists a few dozen names and numbers; a megabyte is refused unread."""
@@ -26,7 +26,7 @@ GRID_SETTINGS = ("headroom_fraction", "time_limit_s")
 
 INTEGER_COLUMNS = frozenset({"max_gpus", "seq_len", "gpus", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel",
                              "zero_stage", "micro_batch", "slots", "replicas"})
-FLOAT_COLUMNS = frozenset({"tokens_per_s", "tokens_per_s_per_gpu", "latency_per_token_ms", "memory_per_gpu_bytes",
+FLOAT_COLUMNS = frozenset({"required_headroom_fraction", "tokens_per_s", "tokens_per_s_per_gpu", "latency_per_token_ms", "memory_per_gpu_bytes",
                            "capacity_bytes", "headroom_fraction"})
 BOOLEAN_COLUMNS = frozenset({"feasible"})
 
@@ -147,6 +147,11 @@ def row_line(row: Mapping[str, Any]) -> str:
     return csv_line(row[name] for name in COLUMNS)
 
 
+def row_key(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The row's cell as Cell.key spells it."""
+    return tuple(csv_field(row[name]) for name in KEY_COLUMNS)
+
+
 def read_done_rows(path: str, grid_cells: list[Cell]) -> tuple[dict[tuple[str, ...], str], int]:
     """For ``--resume``: the lines of ``path`` by cell key, and the length in bytes of its
     complete part (a last line cut short by a killed run is dropped; the caller truncates
@@ -172,10 +177,11 @@ def read_done_rows(path: str, grid_cells: list[Cell]) -> tuple[dict[tuple[str, .
             raise fail(f"line {number} is not one CSV row") from None
         if len(record) != len(COLUMNS):
             raise fail(f"line {number} has {len(record)} fields, not {len(COLUMNS)}")
-        key = tuple(record[:5])
+        key = tuple(record[: len(KEY_COLUMNS)])
         if key not in known:
-            raise fail(f"line {number} (model {key[0]}, workload {key[1]}, gpu {key[2]}, max_gpus {key[3]}, seq_len {key[4]}) "
-                       "is not a cell of this grid; resume with the grid that wrote the file")
+            cell = ", ".join(f"{name} {value}" for name, value in zip(KEY_COLUMNS, key))
+            raise fail(f"line {number} ({cell}) is not a cell of this grid; resume with the grid (and --headroom) "
+                       "that wrote the file")
         if key in done:
             raise fail(f"line {number} repeats the cell of an earlier line")
         done[key] = line

@@ -55,13 +55,13 @@ def test_grid_names_are_the_catalog_spellings_and_the_order_is_the_product_in_ax
     assert len(keys) == grid.size == 16
     # models outermost, then workloads, gpus, max_gpus, seq_lens; 0 = the workload's default
     assert keys[:5] == [
-        ("llama-3.1-70b", "infer", "h100", "8", "8192"),
-        ("llama-3.1-70b", "infer", "h100", "8", "2048"),
-        ("llama-3.1-70b", "infer", "h100", "1", "8192"),
-        ("llama-3.1-70b", "infer", "h100", "1", "2048"),
-        ("llama-3.1-70b", "train", "h100", "8", "4096"),
+        ("llama-3.1-70b", "infer", "h100", "8", "8192", "0.1"),
+        ("llama-3.1-70b", "infer", "h100", "8", "2048", "0.1"),
+        ("llama-3.1-70b", "infer", "h100", "1", "8192", "0.1"),
+        ("llama-3.1-70b", "infer", "h100", "1", "2048", "0.1"),
+        ("llama-3.1-70b", "train", "h100", "8", "4096", "0.1"),
     ]
-    assert keys[-1] == ("llama-3.1-8b", "train", "h100", "1", "2048")
+    assert keys[-1] == ("llama-3.1-8b", "train", "h100", "1", "2048", "0.1")
     # the default length stops at the model's context (OPT-13B: 2,048 tokens)
     short = SweepGrid(models=("opt-13b",), gpus=("h100",), workloads=("train", "infer"))
     assert [cell.seq_len for cell in cells(short)] == [2048, 2048]
@@ -128,7 +128,7 @@ def test_rows_come_in_cell_order_from_the_pool_and_skip_the_cells_already_done(s
     keys = [cell.key for cell in cells(grid)]
     progress = []
     rows = list(run_sweep(grid, workers=2, done_keys=keys[:3], on_progress=lambda done, total: progress.append((done, total))))
-    assert [tuple(row_line(row).split(",")[:5]) for row in rows] == keys[3:]
+    assert [tuple(row_line(row).split(",")[:6]) for row in rows] == keys[3:]
     assert progress == [(done, 5) for done in range(1, 6)]
     assert HEADER_LINE + "".join(row_line(row) for row in rows) == HEADER_LINE + "".join(small_csv.splitlines(True)[4:])
 
@@ -263,3 +263,16 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path):
         result = invoke(["sweep", *args])
         assert result.exit_code == 2 and result.stderr.count("\n") == 1 and message in result.stderr, (args, result.stderr)
     assert existing.read_text() == small_header_only
+
+
+def test_resume_refuses_rows_of_another_grid_or_headroom(tmp_path, small_csv):
+    path = tmp_path / "out.csv"
+    partial = "".join(small_csv.splitlines(keepends=True)[:4])
+    path.write_text(partial)
+    other_max_gpus = ["--model", "8b", "--model", "70b", "--workload", "train", "--workload", "infer", "--gpu", "h100",
+                      "--max-gpus", "1", "--max-gpus", "2"]  # the file's second row has max_gpus 8
+    for axes, message in (([*SMALL_AXES, "--headroom", "0.2"], "required_headroom_fraction 0.1) is not a cell of this grid"),
+                          (other_max_gpus, "max_gpus 8, seq_len 4096, required_headroom_fraction 0.1) is not a cell")):
+        result = invoke(["sweep", *axes, "--workers", "1", "--output", str(path), "--resume"])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert path.read_text() == partial

@@ -35,6 +35,6 @@ def test_ray_rows_equal_the_local_backends_byte_for_byte(ray_cluster):
 
 
 def test_ray_skips_the_cells_already_done(ray_cluster):
-    keys = [tuple(line.split(",")[:5]) for line in csv_text(run_sweep(GRID, workers=1)).splitlines()[1:]]
+    keys = [tuple(line.split(",")[:6]) for line in csv_text(run_sweep(GRID, workers=1)).splitlines()[1:]]
     rows = list(run_sweep(GRID, ray_address="auto", done_keys=keys[:20]))
-    assert [tuple(row_line(row).split(",")[:5]) for row in rows] == keys[20:]
+    assert [tuple(row_line(row).split(",")[:6]) for row in rows] == keys[20:]
