@@ -179,7 +179,7 @@ def test_ctrl_c_leaves_a_valid_partial_csv_that_resume_completes(tmp_path, small
 
 
 def test_parquet_holds_the_csv_rows_with_typed_columns(tmp_path, small_csv):
-    pyarrow_parquet = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the 'sweep' extra")
+    pyarrow_parquet = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed (the 'sweep' extra)")
     output, parquet = tmp_path / "out.csv", tmp_path / "out.parquet"
     result = invoke(["sweep", *SMALL_AXES, "--workers", "1", "--output", str(output), "--parquet", str(parquet)])
     assert result.exit_code == 0, result.stderr

@@ -30,7 +30,7 @@ def test_ray_rows_equal_the_local_backends_byte_for_byte(ray_cluster):
     through_ray = csv_text(run_sweep(GRID, ray_address="auto"))
     assert through_ray == local
     assert local.count("\n") == 25 and ",false,infeasible," in local and ",true,optimal," in local
-    pytest.importorskip("pyarrow", reason="pyarrow is in the 'sweep' extra")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (the 'sweep' extra)")
     assert parquet_bytes(through_ray) == parquet_bytes(local)
 
 
