@@ -50,6 +50,7 @@ from vramopt.errors import InputError, Interrupted, VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus, load_gpu
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
+from vramopt.cli_cost import add_time_and_cost, cost_options, with_cost_lines
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
@@ -549,6 +550,7 @@ def main(debug: bool) -> None:
 @workload_options
 @plan_options
 @hardware_option
+@cost_options
 @format_option()
 def estimate(output_format: str, **options: Any) -> None:
     """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
@@ -556,11 +558,13 @@ def estimate(output_format: str, **options: Any) -> None:
     workload = build_workload(options)
     if isinstance(workload, ServingWorkload):
         result = estimate_serving(workload, build_plan(options)).to_dict()
-        emit(result, output_format, render_serving)
+        add_time_and_cost(result)
+        emit(result, output_format, with_cost_lines(render_serving))
         return
     result = estimate_training(workload, build_plan(options)).to_dict()
+    add_time_and_cost(result)
     host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
-    emit(result, output_format, lambda data: render_training(data, host_limit, nvme_limit))
+    emit(result, output_format, with_cost_lines(lambda data: render_training(data, host_limit, nvme_limit)))
 
 
 @main.command()
@@ -671,6 +675,7 @@ def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
 @click.option("--request", "request_path", type=str, default=None,
               help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
 @hardware_option
+@cost_options
 @click.option("--export", "export", type=(click.Choice(("deepspeed", "vllm")), str), default=None,
               help="Also write a framework config of the plan: --export deepspeed ds.json or --export vllm vllm.json.")
 @format_option()
@@ -705,6 +710,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         workload, engine = build_workload(options), options["engine"]
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
+    add_time_and_cost(data)
     if result.estimate is None:
         if output_format == "json":
             emit(data, "json")
@@ -725,7 +731,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         row.update({f"solver.{key}": value for key, value in data["solver"].items() if key != "objective_value"})
         emit([row], "csv")
         return
-    emit(data, output_format, lambda response: render_solve(response, host_limit, nvme_limit))
+    emit(data, output_format, with_cost_lines(lambda response: render_solve(response, host_limit, nvme_limit)))
 
 
 @main.command()
