@@ -146,6 +146,30 @@ def _check_schema(data: Any, allowed: tuple[str, ...]) -> dict:
     return data
 
 
+def _hardware_field(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The request's inline hardware table, checked only for its shape here; the catalog's
+    strict loader reads it when the call runs (``hardware_scope``)."""
+    hardware = data.get("hardware")
+    if hardware is not None and not isinstance(hardware, Mapping):
+        raise _fail("hardware", "must be an object holding {\"gpu\": {NAME: {...}}} (docs/hardware.md), not a path")
+    return copy.deepcopy(dict(hardware)) if hardware is not None else None
+
+
+def _hardware_dict(hardware: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {} if hardware is None else {"hardware": copy.deepcopy(dict(hardware))}
+
+
+def hardware_scope(hardware: Mapping[str, Any] | None):
+    """A context in which this thread's catalog look-ups see the request's hardware merged
+    with the built-in catalog (the built-in catalog alone when ``hardware`` is None)."""
+    from pathlib import Path
+
+    from vramopt.hardware import builtin_gpus, merge_hardware, using_hardware
+
+    catalog = None if hardware is None else merge_hardware(hardware, Path("request.hardware"), builtin_gpus())
+    return using_hardware(catalog)
+
+
 @dataclass(frozen=True, slots=True)
 class SolveRequest:
     """Find the best plan of ``workload`` within ``space`` (``engine``: cp-sat or exhaustive)."""
@@ -153,17 +177,21 @@ class SolveRequest:
     workload: TrainingWorkload | ServingWorkload
     space: SearchSpace = field(default_factory=SearchSpace)
     engine: str = "cp-sat"
+    hardware: Mapping[str, Any] | None = None
+    """A hardware file's content inline ({"gpu": {NAME: {...}}}, docs/hardware.md); None: built-in."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "SolveRequest":
-        data = _check_schema(data, ("schema", "workload", "space", "engine"))
+        data = _check_schema(data, ("schema", "workload", "space", "engine", "hardware"))
         engine = data.get("engine", "cp-sat")
         if engine not in ("cp-sat", "exhaustive"):
             raise _fail("engine", f"'{engine}' is not cp-sat or exhaustive")
-        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), engine)
+        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), engine,
+                   _hardware_field(data))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), "engine": self.engine}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), "engine": self.engine,
+                **_hardware_dict(self.hardware)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,14 +200,15 @@ class ParetoRequest:
 
     workload: TrainingWorkload | ServingWorkload
     space: SearchSpace = field(default_factory=SearchSpace)
+    hardware: Mapping[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> "ParetoRequest":
-        data = _check_schema(data, ("schema", "workload", "space"))
-        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"))
+        data = _check_schema(data, ("schema", "workload", "space", "hardware"))
+        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), _hardware_field(data))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space)}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), **_hardware_dict(self.hardware)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,18 +217,19 @@ class EstimateRequest:
 
     workload: TrainingWorkload | ServingWorkload
     plan: TrainingPlan | ServingPlan
+    hardware: Mapping[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> "EstimateRequest":
-        data = _check_schema(data, ("schema", "workload", "plan"))
+        data = _check_schema(data, ("schema", "workload", "plan", "hardware"))
         workload = workload_from_dict(data["workload"])
         if "plan" not in data:
             raise _fail("plan", "is missing")
         plan_class = ServingPlan if isinstance(workload, ServingWorkload) else TrainingPlan
-        return cls(workload, _build(plan_class, data["plan"], "plan"))
+        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan)}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -328,23 +358,26 @@ def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
     from vramopt.optimizer.search import solve as solve_plan
 
     request = _request(request, SolveRequest)
-    return SolveResponse(solve_plan(request.workload, request.space, engine=request.engine).to_dict())
+    with hardware_scope(request.hardware):
+        return SolveResponse(solve_plan(request.workload, request.space, engine=request.engine).to_dict())
 
 
 def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResponse:
     from vramopt.estimate import estimate_serving, estimate_training
 
     request = _request(request, EstimateRequest)
-    if isinstance(request.workload, ServingWorkload):
-        return EstimateResponse(estimate_serving(request.workload, request.plan).to_dict())
-    return EstimateResponse(estimate_training(request.workload, request.plan).to_dict())
+    with hardware_scope(request.hardware):
+        if isinstance(request.workload, ServingWorkload):
+            return EstimateResponse(estimate_serving(request.workload, request.plan).to_dict())
+        return EstimateResponse(estimate_training(request.workload, request.plan).to_dict())
 
 
 def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:
     from vramopt.optimizer.front import pareto_response
 
     request = _request(request, ParetoRequest)
-    return ParetoResponse(pareto_response(request.workload, request.space))
+    with hardware_scope(request.hardware):
+        return ParetoResponse(pareto_response(request.workload, request.space))
 
 
 # ---------------------------------------------------------------------------------------

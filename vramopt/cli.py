@@ -48,7 +48,9 @@ from vramopt.display import (
 )
 from vramopt.errors import InputError, Interrupted, VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
-from vramopt.hardware import all_gpus, load_gpu
+from vramopt.hardware import active_hardware, all_gpus, builtin_gpus, load_gpu
+from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
+from vramopt.cli_cost import add_time_and_cost, cost_options, with_cost_lines
 from vramopt.models import all_models
 from vramopt.plan import checkpointing_name, parse_checkpointing
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
@@ -547,6 +549,8 @@ def main(debug: bool) -> None:
 @main.command()
 @workload_options
 @plan_options
+@hardware_option
+@cost_options
 @format_option()
 def estimate(output_format: str, **options: Any) -> None:
     """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
@@ -554,19 +558,24 @@ def estimate(output_format: str, **options: Any) -> None:
     workload = build_workload(options)
     if isinstance(workload, ServingWorkload):
         result = estimate_serving(workload, build_plan(options)).to_dict()
-        emit(result, output_format, render_serving)
+        add_time_and_cost(result)
+        emit(result, output_format, with_cost_lines(render_serving))
         return
     result = estimate_training(workload, build_plan(options)).to_dict()
+    add_time_and_cost(result)
     host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
-    emit(result, output_format, lambda data: render_training(data, host_limit, nvme_limit))
+    emit(result, output_format, with_cost_lines(lambda data: render_training(data, host_limit, nvme_limit)))
 
 
 @main.command()
+@hardware_option
 @format_option(("table", "json"))
 def gpus(output_format: str) -> None:
-    """List the hardware catalog (every value's source is in --format json)."""
+    """List the hardware catalog (every value's source is in --format json); with --hardware, merged with that file."""
     catalog = all_gpus()
-    emit(gpus_json(catalog) if output_format == "json" else catalog, output_format, render_gpus)
+    note = hardware_note(active_hardware(), {gpu.name for gpu in builtin_gpus()})
+    emit(gpus_json(catalog) if output_format == "json" else catalog, output_format,
+         lambda rows: render_gpus(rows) + (f"\n{note}" if note else ""))
 
 
 @main.command()
@@ -665,6 +674,8 @@ def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
               help="cp-sat, or the exhaustive reference enumerator over the same tables.")
 @click.option("--request", "request_path", type=str, default=None,
               help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
+@hardware_option
+@cost_options
 @click.option("--export", "export", type=(click.Choice(("deepspeed", "vllm")), str), default=None,
               help="Also write a framework config of the plan: --export deepspeed ds.json or --export vllm vllm.json.")
 @format_option()
@@ -687,6 +698,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
             raise click.UsageError(f"--request carries the whole request; --{given_flags[0].replace('_', '-')} cannot be given with it")
         request = SolveRequest.from_dict(read_json_request(request_path))
         workload, space, engine = request.workload, request.space, request.engine
+        use_request_hardware(request.hardware)
     else:
         space = build_space(
             options,
@@ -698,6 +710,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         workload, engine = build_workload(options), options["engine"]
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
+    add_time_and_cost(data)
     if result.estimate is None:
         if output_format == "json":
             emit(data, "json")
@@ -718,7 +731,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         row.update({f"solver.{key}": value for key, value in data["solver"].items() if key != "objective_value"})
         emit([row], "csv")
         return
-    emit(data, output_format, lambda response: render_solve(response, host_limit, nvme_limit))
+    emit(data, output_format, with_cost_lines(lambda response: render_solve(response, host_limit, nvme_limit)))
 
 
 @main.command()
@@ -729,6 +742,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
 @click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
+@hardware_option
 @format_option()
 def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, **options: Any) -> None:
     """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
@@ -774,6 +788,7 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--running", "running_path", type=str, default=None, help="Jobs already running: their GPUs and MIG instances stay theirs.")
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
+@hardware_option
 @format_option()
 def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
@@ -810,6 +825,11 @@ def export_plan(response: dict, target: str, path: str) -> None:
     write_text_atomically(path, result.text())
     for note in result.notes:
         echo(f"note ({target}): {note}", err=True)
+
+
+from vramopt.cli_sweep import add_sweep_command  # noqa: E402 - the sweep command's body lives there
+
+add_sweep_command(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,8 @@ from vramopt.units import BYTES_PER_GB, BYTES_PER_GIB, FLOPS_PER_TFLOPS
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
-CSV_SECTIONS = ("plan", "memory", "throughput")
+CSV_SECTIONS = ("plan", "memory", "throughput", "time_and_cost")
+"""time_and_cost is there only when --total-tokens or a price asked for it (docs/json-contract.md)."""
 """Sections of a v1 response flattened into dotted CSV columns (``plan.gpus`` ...)."""
 
 MEMORY_LABELS = {

@@ -19,6 +19,7 @@ BASE = {
     "gpus": [],
     "models": [],
     "pack": ["--cluster", "cluster.json", "--jobs", "jobs.json"],
+    "sweep": ["--model", "8b", "--gpu", "h100", "--max-gpus", "1", "--workers", "1", "--output", "out.csv"],
 }
 
 

@@ -195,7 +195,7 @@ def _mig_profiles(reader: TableReader, gpu_memory_bytes: float) -> tuple[MigProf
     profiles: list[MigProfile] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
-        profile_reader = TableReader(entry, reader.path, f"{key}[{index}]")
+        profile_reader = TableReader(entry, reader.path, f"{_full_key(reader, key)}[{index}]")
         profile = _mig_profile(profile_reader, gpu_memory_bytes)
         if profile.name in seen:
             raise profile_reader.error("name", f"repeats the MIG profile name '{profile.name}'")
@@ -291,10 +291,16 @@ def _node(reader: TableReader) -> NodeSpec:
 def parse_gpu_file(path: Path | str) -> GpuSpec:
     """Read one GPU file strictly and return its ``GpuSpec`` in internal units."""
     path = Path(path)
-    reader = TableReader(read_toml(path), path)
+    return parse_gpu_table(read_toml(path), path, "", path.stem, "the file name")
+
+
+def parse_gpu_table(table: Mapping[str, Any], path: Path, where: str, expected_name: str, name_origin: str) -> GpuSpec:
+    """One GPU's table (a whole catalog file, or a ``[gpu.NAME]`` table of a hardware file
+    at ``where``) read strictly; its ``name`` must equal ``expected_name``."""
+    reader = TableReader(table, path, where)
     name = reader.text("name")
-    if name != path.stem:
-        raise reader.error("name", f"is '{name}' but must equal the file name '{path.stem}'")
+    if name != expected_name:
+        raise reader.error("name", f"is '{name}' but must equal {name_origin} '{expected_name}'")
     display_name = reader.text("display_name")
     aliases = reader.strings("aliases", ())
     for alias in aliases:
