@@ -381,8 +381,10 @@ workload_options = apply_options(
 plan_options = apply_options(
     [
         click.option("--gpu", default="b200", show_default=True, help="GPU type (see `vramopt gpus`)."),
-        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x pp x dp."),
+        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x cp x pp x dp."),
         click.option("--tp", "tensor_parallel", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--cp", "--context-parallel", "context_parallel", type=POSITIVE, default=1, show_default=True,
+                     help="Context-parallel degree: ring attention over cp GPUs that split each sequence."),
         click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
                      help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
@@ -415,7 +417,7 @@ plan_options = apply_options(
 
 TRAINING_ONLY = {
     "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
-    "virtual_stages": "--virtual-stages", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
     "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
     "micro_batch": "--micro-batch",
 }
@@ -462,6 +464,7 @@ def build_plan(options: Mapping[str, Any]):
         gpu=options["gpu"],
         gpus=options["gpus"],
         tensor_parallel=options["tensor_parallel"],
+        context_parallel=options["context_parallel"],
         pipeline_parallel=options["pipeline_parallel"],
         sequence_parallel=options["sequence_parallel"],
         virtual_stages=options["virtual_stages"],
@@ -671,7 +674,7 @@ def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
 def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, **options: Any) -> None:
     """Find the highest-throughput plan that fits every GPU with its headroom.
 
-    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel,
+    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel, context_parallel,
     pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, precision,
     grad_comm_precision, micro_batch, zero_stage, offload, checkpointing, flash_attention.
     Serving (--workload infer): gpu, gpus, tensor_parallel, pipeline_parallel, quantization,

@@ -130,7 +130,7 @@ def render_plan(result: Mapping[str, Any]) -> str:
                                                  f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
                                                  f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
           if result.get("workload", "train") != "train" else []),
-        f"parallel  tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
+        f"parallel  tp={plan['tensor_parallel']} cp={plan.get('context_parallel', 1)} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
         f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
         f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
         f"flash attention {on_off(plan['flash_attention'])}",
@@ -200,6 +200,7 @@ def render_throughput(result: Mapping[str, Any]) -> str:
     breakdown = [
         [f"compute (incl. pipeline bubble {percent(throughput['bubble_fraction'])})", throughput["compute_s"]],
         ["tensor-parallel communication", throughput["tensor_parallel_s"]],
+        ["context-parallel KV ring (exposed)", throughput.get("context_parallel_s", 0.0)],
         ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
         ["offload transfers", throughput["offload_s"]],
     ]
@@ -233,7 +234,7 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
 
 def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
     return (
-        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} "
+        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} {_context_brief(plan, 'cp=')}pp={plan['pipeline_parallel']} "
         f"dp={plan['data_parallel']} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
         f"ckpt={plan['checkpointing']} micro-batch={plan['micro_batch']}"
     )
@@ -362,7 +363,8 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
         f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
-        f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+        + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
+        + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
     )
     offload = result.get("offload_cost")
     if offload:
@@ -404,7 +406,7 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
-            techniques = (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
+            techniques = (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
                           f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
         table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
                            percent(memory["headroom_fraction"]), techniques])
@@ -429,7 +431,7 @@ def _plan_brief(plan: Mapping[str, Any]) -> str:
         mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
         stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
         return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
-    return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
+    return (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
             f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
 
 
@@ -529,3 +531,9 @@ def render_models(models: Sequence[Any]) -> str:
 
 def models_json(models: Sequence[Any]) -> list[dict[str, Any]]:
     return [{**to_plain(model), "params_total": model.params_total, "params_active": model.params_active} for model in models]
+
+
+def _context_brief(plan: Mapping[str, Any], label: str) -> str:
+    """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
+    degree = plan.get("context_parallel", 1)
+    return f"{label}{degree} " if degree > 1 else ""

@@ -67,12 +67,13 @@ class TrainingEstimate(EvaluatedPlan):
 
     def plan_dict(self) -> dict[str, Any]:
         plan = asdict(self.plan)
-        data_parallel = self.plan.gpus // (self.plan.tensor_parallel * self.plan.pipeline_parallel)
+        data_parallel = self.plan.gpus // (self.plan.tensor_parallel * self.plan.context_parallel * self.plan.pipeline_parallel)
         ordered = {
             "gpu": plan["gpu"],
             "gpus": plan["gpus"],
             "nodes": self.nodes,
             "tensor_parallel": plan["tensor_parallel"],
+            "context_parallel": plan["context_parallel"],
             "pipeline_parallel": plan["pipeline_parallel"],
             "data_parallel": data_parallel,
             "sequence_parallel": plan["sequence_parallel"],
@@ -119,6 +120,7 @@ class TrainingEstimate(EvaluatedPlan):
             "compute_s": float(values["compute_s"]),
             "bubble_fraction": float(values["bubble_fraction"]),
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
+            "context_parallel_s": float(values["context_parallel_s"]),
             "data_parallel_s": float(values["data_parallel_s"]),
             "offload_s": float(values["offload_s"]),
         }

@@ -32,6 +32,7 @@ PIN_CHOICES = {
     "flash_attention": ("true", "false"),
     "tensor_parallel": ("1", "2", "4", "8"),
     "micro_batch": ("1", "2", "4"),
+    "context_parallel": ("1", "2", "4"),
 }
 
 
@@ -113,6 +114,60 @@ def test_cp_sat_optimum_equals_exhaustive_optimum(request):
         assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
             exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
         )
+
+
+LONG_CONTEXT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b")
+
+
+@st.composite
+def long_context_requests(draw):
+    """Sequences above 8K, where context parallelism is in the default domain (issue 12 item 4)."""
+    workload = TrainingWorkload(
+        model=draw(st.sampled_from(LONG_CONTEXT_MODELS)),
+        seq_len=draw(st.sampled_from((16384, 32768, 24576))),
+        global_batch=draw(st.sampled_from((4, 8, 16, 64))),
+        headroom_fraction=draw(st.sampled_from((0.0, 0.1, 0.2))),
+    )
+    pin_field = draw(st.sampled_from((None, "context_parallel", "tensor_parallel", "zero_stage", "checkpointing")))
+    pin = {pin_field: draw(st.sampled_from(PIN_CHOICES[pin_field]))} if pin_field else {}
+    forbid = {"context_parallel": ("1",)} if draw(st.booleans()) and pin_field != "context_parallel" else {}
+    objective = draw(st.sampled_from(("throughput", "per-gpu", "min-gpus")))
+    space = SearchSpace(
+        gpus=(draw(st.sampled_from(("h100", "b200", "a100-80gb", "mi300x"))),),
+        max_gpus=draw(st.sampled_from((2, 4, 8, 16, 32))),
+        pin=pin,
+        forbid=forbid,
+        objective=objective,
+        min_tokens_per_s=draw(st.sampled_from((500.0, 5_000.0))) if objective == "min-gpus" else None,
+        workers=1,
+    )
+    return workload, space
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
+@given(long_context_requests())
+def test_cp_sat_equals_exhaustive_with_context_parallelism(request):
+    """issue 12 item 4: the context_parallel key field keeps CP-SAT exact against brute force."""
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    event("feasible" if exhaustive is not None else "infeasible")
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return
+    assert outcome.choice is not None
+    assert outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    event(f"chosen cp={int(problem.keys['context_parallel'][exhaustive.key])}")
+    plan = decode_choice(problem, exhaustive)
+    estimate = estimate_training(workload, plan)
+    memory = estimate.memory_dict()
+    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
+    assert memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

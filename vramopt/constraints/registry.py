@@ -10,6 +10,7 @@ from vramopt.constraints import (
     attention,
     batching,
     checkpointing,
+    context_parallel,
     kv_cache,
     mig,
     offload,
@@ -21,12 +22,12 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, precision, batching, zero, offload, checkpointing, attention, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, precision, batching, zero, offload, checkpointing, attention, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
-KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
+KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")

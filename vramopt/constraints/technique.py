@@ -38,6 +38,9 @@ class DomainContext:
     supported_precisions: tuple[str, ...]
     kind: str = "train"
     """The workload ('train', 'finetune', 'lora', 'qlora', 'infer')."""
+    seq_len: int = 0
+    """Tokens per training sequence (0 when unknown: serving, or a check that needs no
+    sequence-dependent domain); context parallelism is searched only for long ones."""
 
 
 @dataclass(frozen=True, slots=True)

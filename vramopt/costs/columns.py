@@ -9,7 +9,7 @@ layers; offload 0 none, 1 cpu (optimizer states), 2 nvme (all states).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class PlanColumns:
     offload: np.ndarray
     flash_attention: np.ndarray
     micro_batch: np.ndarray
+    context_parallel: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))
+    """Ranks that split each sequence (ring attention, costs/context_parallel.py); 1 = none."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":
@@ -44,3 +46,11 @@ class PlanColumns:
 
     def __len__(self) -> int:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.column_names()))[0])
+
+
+def sharding_group(columns: PlanColumns) -> np.ndarray:
+    """Ranks that reduce, and under ZeRO/FSDP shard, each gradient and model state: the
+    data-parallel ranks times the context-parallel ranks, which hold the same weights
+    (Megatron-Core's data-parallel-with-context-parallel group; torchtitan's FSDP mesh
+    ``dp_shard_cp``)."""
+    return columns.data_parallel * columns.context_parallel

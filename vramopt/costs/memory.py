@@ -19,6 +19,7 @@ from vramopt.costs.columns import (
     OFFLOAD_CPU,
     OFFLOAD_NVME,
     PlanColumns,
+    sharding_group,
 )
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_ADAM_BYTES, PRECISION_BYTES
 from vramopt.types import ModelSpec
@@ -58,7 +59,7 @@ def model_state_bytes(
     """
     params = parameters_per_gpu(model, columns)
     trainable = params * trainable_fraction
-    dp = columns.data_parallel.astype(float)
+    dp = sharding_group(columns).astype(float)  # context-parallel ranks shard with dp
     zero = columns.zero_stage
     offload = columns.offload
     bytes_per_weight = PRECISION_BYTES[columns.precision]
@@ -83,7 +84,7 @@ def offloaded_bytes_per_gpu(
     model: ModelSpec, columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None
 ) -> dict[str, np.ndarray]:
     """Bytes each GPU parks in host RAM (cpu offload) and on NVMe (nvme offload)."""
-    shard = parameters_per_gpu(model, columns) / columns.data_parallel
+    shard = parameters_per_gpu(model, columns) / sharding_group(columns)
     bytes_per_weight = PRECISION_BYTES[columns.precision]
     stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     adam_bytes = PRECISION_ADAM_BYTES[columns.precision]

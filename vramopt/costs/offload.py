@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns, sharding_group
 from vramopt.costs.precision import PRECISION_ADAM_BYTES, PRECISION_BYTES
 from vramopt.types import GpuSpec
 
@@ -30,7 +30,7 @@ def offload_seconds_per_step(
 ) -> np.ndarray:
     from vramopt.costs.memory import weight_bytes_per_parameter
 
-    shard = parameters_per_gpu / columns.data_parallel
+    shard = parameters_per_gpu / sharding_group(columns)
     trainable = shard * trainable_fraction
     gpus_per_node = np.minimum(columns.gpus, gpu.node.gpus_per_node)
     bytes_per_weight = PRECISION_BYTES[columns.precision]

@@ -20,6 +20,7 @@ from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import CHECKPOINT_EVERY, OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
 from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
+from vramopt.costs.context_parallel import context_parallel_invalid_reasons, ring_seconds_per_micro_batch
 from vramopt.costs.compute import (
     hardware_flops_per_token,
     micro_batch_compute_seconds,
@@ -71,12 +72,14 @@ def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.nd
     """Masks of plans that are not well formed, keyed by a readable reason."""
     model = case.model
     t, p, dp, v = columns.tensor_parallel, columns.pipeline_parallel, columns.data_parallel, columns.virtual_stages
+    cp = columns.context_parallel
     micro_batches = case.global_batch / (dp * columns.micro_batch)
     kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
     return {
         "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
         "pipeline_parallel must divide the layers": model.layers % p != 0,
-        "tensor_parallel x pipeline_parallel x data_parallel must equal the GPU count": t * p * dp != columns.gpus,
+        "tensor_parallel x context_parallel x pipeline_parallel x data_parallel must equal the GPU count": t * cp * p * dp
+        != columns.gpus,
         "global_batch must be a multiple of micro_batch x data_parallel": np.abs(micro_batches - np.round(micro_batches)) > 1e-9,
         "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
         & ((p == 1) | ((model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
@@ -86,6 +89,7 @@ def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.nd
         "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)": (columns.offload == OFFLOAD_CPU) & (columns.zero_stage < 1),
         "offload=nvme needs zero_stage 3 (ZeRO-Infinity)": (columns.offload == OFFLOAD_NVME) & (columns.zero_stage < 3),
         "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
+        **context_parallel_invalid_reasons(case.seq_len, columns),
     }
 
 
@@ -93,8 +97,11 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
     micro_batches = micro_batches_per_step(case, columns)
     memory = model_state_bytes(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
-    memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, seq_len, micro_batches)
-    memory["logits_bytes"] = logits_bytes(model, columns, seq_len)
+    # Context parallelism: each rank keeps s/cp tokens of every activation and of the logits
+    # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
+    rank_tokens = seq_len / columns.context_parallel
+    memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
+    memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)
@@ -108,12 +115,15 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     fits_nvme = nvme_per_node <= gpu.node.nvme_capacity_bytes * coefficient("nvme_usable_fraction")
 
     params_gpu = parameters_per_gpu(model, columns)
+    # GEMMs and (load-balanced) attention split over the cp ranks, as do the tp collectives'
+    # s*b*h messages; the ring's exposed KV transfers come on top (costs/context_parallel.py).
     compute_per_micro_batch = micro_batch_compute_seconds(
         model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
-    )
-    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
+    ) / columns.context_parallel
+    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
+    ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
     slots = micro_batches + (columns.pipeline_parallel - 1.0) / columns.virtual_stages
-    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch) * slots
+    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"]) * slots
     data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
@@ -148,6 +158,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         compute_s=compute_per_micro_batch * slots,
         bubble_fraction=(columns.pipeline_parallel - 1.0) / columns.virtual_stages / slots,
         tensor_parallel_s=tensor_parallel_per_micro_batch * slots,
+        context_parallel_s=ring["ring_exposed_s"] * slots,
+        context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
         data_parallel_s=data_parallel_seconds,
         offload_s=offload_seconds,
         step_time_s=step_time,

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from vramopt.constraints.context_parallel import EXPORT_NOTES as CONTEXT_PARALLEL_EXPORT_NOTES
 from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
 from vramopt.errors import InputError
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
@@ -95,6 +96,8 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     workload, plan, model = response_parts(response, "deepspeed_config", TRAINING_WORKLOADS)
     gpus = positive_integer(plan, "gpus")
     tensor_parallel = positive_integer(plan, "tensor_parallel")
+    # Responses written before context parallelism existed have no such key: cp = 1.
+    context_parallel = positive_integer(plan, "context_parallel") if "context_parallel" in plan else 1
     pipeline_parallel = positive_integer(plan, "pipeline_parallel")
     data_parallel = positive_integer(plan, "data_parallel")
     virtual_stages = positive_integer(plan, "virtual_stages")
@@ -117,9 +120,12 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise InputError(f"model.layers must be a positive integer, got {layers!r}")
 
-    if tensor_parallel * pipeline_parallel * data_parallel != gpus:
+    if tensor_parallel * context_parallel * pipeline_parallel * data_parallel != gpus:
         raise InputError(
-            f"plan.gpus {gpus} is not tensor_parallel x pipeline_parallel x data_parallel = "
+            f"plan.gpus {gpus} is not tensor_parallel x context_parallel x pipeline_parallel x data_parallel = "
+            f"{tensor_parallel} x {context_parallel} x {pipeline_parallel} x {data_parallel}"
+            if context_parallel > 1
+            else f"plan.gpus {gpus} is not tensor_parallel x pipeline_parallel x data_parallel = "
             f"{tensor_parallel} x {pipeline_parallel} x {data_parallel}"
         )
     if micro_batch * accumulation * data_parallel != global_batch:
@@ -162,6 +168,8 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         content["activation_checkpointing"] = checkpoint_section
 
     _parallelism_notes(tensor_parallel, pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, zero_stage, notes)
+    if context_parallel > 1:
+        notes.append(CONTEXT_PARALLEL_EXPORT_NOTES["deepspeed"].format(cp=context_parallel))
     notes.append(_flash_attention_note(flash_attention))
     notes.append(
         f"sequence length {seq_len} tokens: set in the data pipeline and the model, not in the DeepSpeed config"

@@ -25,6 +25,7 @@ from vramopt.constraints.parallelism import divisors, gpu_counts
 from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
+from vramopt.costs.context_parallel import whole_tile_chunks
 from vramopt.costs.inference import QUANTIZATIONS
 from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
 from vramopt.errors import InputError
@@ -67,7 +68,7 @@ def bound_in_ticks(bound_s: float, tick_s: float) -> int:
     return MAX_BOUND_TICKS if not math.isfinite(ticks) or ticks >= MAX_BOUND_TICKS else int(math.floor(ticks))
 
 
-KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
+KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel")
 STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision")
 ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
 
@@ -191,6 +192,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
             allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)),
             kind=workload.kind,
+            seq_len=workload.seq_len,
         )
         contexts.append(context)
         key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
@@ -273,19 +275,22 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     counts = domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
     counts = [count for count in counts if count <= space.max_gpus]
     tensor = domain("tensor_parallel", context, choices)
+    context_degrees = [cp for cp in domain("context_parallel", context, choices) if whole_tile_chunks(workload.seq_len, cp)]
     pipeline = domain("pipeline_parallel", context, choices)
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
-    # A layout is gpus = tp x pp x dp with dp dividing the global batch: enumerate those
+    # A layout is gpus = tp x cp x pp x dp with dp dividing the global batch: enumerate those
     # products (not every count x tp x pp, which is minutes for a million-GPU space), then
-    # put them back in the fixed order (count, then tp, then pp, in their domains' order).
+    # put them back in the fixed order (count, then tp, cp, pp, in their domains' order).
     position = {count: index for index, count in enumerate(counts)}
     data_parallel_forbidden = choices["forbid"].get("data_parallel", ())
     data_parallel = [dp for dp in divisors(workload.global_batch)
                      if (None in data_parallel_allowed or dp in data_parallel_allowed) and dp not in data_parallel_forbidden]
     layouts = []
-    for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
+    for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
+        enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
+    ):
         if model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
@@ -293,17 +298,17 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
         for dp in data_parallel:
-            if t * p * dp in position:
-                layouts.append((position[t * p * dp], t_index, p_index, t * p * dp, t, p, dp))
+            if t * cp * p * dp in position:
+                layouts.append((position[t * cp * p * dp], t_index, c_index, p_index, t * cp * p * dp, t, cp, p, dp))
     layouts.sort()
     rows = []
-    for _, _, _, count, t, p, dp in layouts:
+    for _, _, _, _, count, t, cp, p, dp in layouts:
         for precision in precisions:
             if not gpu.supports(precision):
                 continue
             for b in micro_batches:
                 if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b))
+                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp))
     return rows
 
 
@@ -405,7 +410,7 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
-            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"]
+            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
             ok = np.ones(rows.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])
@@ -452,4 +457,6 @@ def _no_layout_message(model, workload, space, choices) -> str:
         f"max_gpus={space.max_gpus}, global_batch={workload.global_batch} sequences"
         + (f", choices {pins}" if pins else "")
         + "; tp must divide the heads, pp the layers, and dp the global batch"
+        + (f", and cp split seq_len {workload.seq_len} into 2 x cp chunks of whole 128-token tiles"
+           if "context_parallel" in choices["pin"] or "context_parallel" in choices["allow"] else "")
     )
