@@ -51,6 +51,7 @@ class PlanColumns:
 def sharding_group(columns: PlanColumns) -> np.ndarray:
     """Ranks that reduce, and under ZeRO/FSDP shard, each gradient and model state: the
     data-parallel ranks times the context-parallel ranks, which hold the same weights
-    (Megatron-Core's data-parallel-with-context-parallel group; torchtitan's FSDP mesh
-    ``dp_shard_cp``)."""
-    return columns.data_parallel * columns.context_parallel
+    (``ParallelLayout.sharding_group``)."""
+    from vramopt.parallel_layout import ParallelLayout
+
+    return ParallelLayout.from_columns(columns).sharding_group

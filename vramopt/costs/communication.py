@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns, sharding_group
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.precision import PRECISION_BYTES, PRECISION_COMMUNICATION_BYTES
 from vramopt.types import GpuSpec, ModelSpec
 
@@ -85,13 +85,16 @@ def data_parallel_seconds_per_step(
     from vramopt.costs.memory import weight_bytes_per_parameter
 
     # The context-parallel ranks reduce gradients with the data-parallel ones: a group of
-    # dp x cp ranks strided by tp, spanning tp x cp x dp GPUs.
-    group = sharding_group(columns)
-    dp = group.astype(float)
+    # dp x cp ranks strided by tp, spanning tp x cp x dp GPUs (ParallelLayout 'sharding').
+    from vramopt.parallel_layout import ParallelLayout
+
+    layout = ParallelLayout.from_columns(columns)
+    group = layout.sharding_group
+    dp = np.asarray(group).astype(float)
     fraction = (dp - 1.0) / dp
     gradient_bytes = parameters_per_gpu * trainable_fraction * PRECISION_BYTES[columns.grad_comm_precision]
     weight_bytes = parameters_per_gpu * weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
-    bandwidth = group_bandwidth(gpu, group, columns.tensor_parallel * group)
+    bandwidth = group_bandwidth(gpu, group, layout.group_span("sharding"))
     replicated = 2.0 * fraction * gradient_bytes
     sharded = micro_batches * fraction * (2.0 * weight_bytes + gradient_bytes)
     volume = np.where(columns.zero_stage >= 3, sharded, replicated)

@@ -36,6 +36,7 @@ import numpy as np
 from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns, sharding_group  # noqa: F401 (re-exported)
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.compute import attention_width, effective_flops_per_s
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 ATTENTION_TILE_TOKENS = 128
@@ -60,7 +61,7 @@ BACKWARD_RING_FACTOR = 2.0
 
 def tokens_per_rank(seq_len, columns: PlanColumns) -> np.ndarray:
     """Tokens of one sequence each cp rank holds: s / cp."""
-    return np.asarray(seq_len, dtype=float) / columns.context_parallel
+    return ParallelLayout.from_columns(columns).tokens_per_rank(seq_len)
 
 
 def chunk_tokens(seq_len, context_parallel) -> np.ndarray:
@@ -116,7 +117,7 @@ def kv_chunk_bytes(model: ModelSpec, columns: PlanColumns, seq_len) -> np.ndarra
 
 def ring_bandwidth(gpu: GpuSpec, columns: PlanColumns) -> np.ndarray:
     """Per-GPU bandwidth of the ring's point-to-point steps over the link the group crosses."""
-    span = columns.tensor_parallel * columns.context_parallel
+    span = ParallelLayout.from_columns(columns).group_span("context_parallel")  # cp ranks, tp apart
     return group_bandwidth(gpu, 2, span)
 
 
