@@ -64,3 +64,10 @@ def test_a_pinned_degree_that_cannot_split_the_sequence_is_refused():
     with pytest.raises(InputError, match="2 x cp chunks of whole 128-token tiles"):
         build_problem(TrainingWorkload(model="llama-3.1-8b", seq_len=1000, global_batch=8),
                       SearchSpace(gpus=("h100",), max_gpus=8, workers=1, pin={"context_parallel": "2"}))
+
+
+def test_the_context_parallel_answer_is_deterministic():
+    first = solve(WORKLOAD, SearchSpace(gpus=("h100",), max_gpus=64, workers=1), runner_up_count=0)
+    again = solve(WORKLOAD, SearchSpace(gpus=("h100",), max_gpus=64, workers=4), runner_up_count=0)
+    assert first.estimate.plan == again.estimate.plan
+    assert first.solver.objective_value == again.solver.objective_value

@@ -19,6 +19,10 @@ What is modelled (sources):
   pass sends K,V and receives their gradients dK,dV: twice the forward bytes, against
   the attention backward's twice-the-forward FLOPs. A step's transfer is exposed only where
   it outlasts that step's attention compute: ``max(0, transfer - attention / cp)``.
+- Variant not modelled separately: Llama 3 (Dubey et al. 2024, section 3.3.2) all-gathers
+  K and V before computing attention on its local queries instead of passing them round a
+  ring; each rank receives the same (cp-1)/cp of the K,V, but exposed before the attention
+  rather than overlapped with it. vramopt plans the ring (Megatron-Core, torchtitan).
 - Link. The cp group of rank order tp (innermost), cp, dp, pp spans ``tp * cp`` consecutive
   GPUs: NVLink while that fits one node, the network once it does not (the ring's slowest
   hop sets the pace). Each step is a point-to-point exchange with one neighbour, so a
