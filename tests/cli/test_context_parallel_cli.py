@@ -49,13 +49,22 @@ def test_estimate_shows_cp_in_the_parallel_line_and_json():
         (["estimate", *LONG, "--cp", "0"], ["--cp"]),
         (["solve", *LONG, "--max-gpus", "16", "--pin", "context_parallel=two"], ["context_parallel value 'two' is not an integer"]),
         (["solve", *LONG, "--max-gpus", "16", "--pin", "cp=2"], ["did you mean context_parallel?"]),
-        (["solve", "--model", "llama-3.1-8b", "--gpu", "h100", "--seq-len", "1000", "--global-batch", "8", "--max-gpus", "8",
-          "--pin", "context_parallel=2"], ["2 x cp chunks of whole 128-token tiles"]),
     ],
-    ids=["product", "tiles", "no-flash", "serving", "zero", "not-integer", "short-name", "solve-tiles"],
+    ids=["product", "tiles", "no-flash", "serving", "zero", "not-integer", "short-name"],
 )
 def test_bad_context_parallel_input_is_one_line(args, fragments):
     assert_one_line_error(invoke(args), *fragments)
+
+
+def test_a_pinned_degree_that_cannot_split_the_sequence_is_named_with_its_fix():
+    result = invoke(["solve", "--model", "llama-3.1-8b", "--gpu", "h100", "--seq-len", "4096", "--global-batch", "64",
+                     "--max-gpus", "16", "--pin", "context_parallel=32"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        "error: context_parallel has no value left to search: 32 (pinned) is not a split of seq_len 4,096 into "
+        "2 x context_parallel chunks of whole 128-token attention tiles (valid: 1, 2, 4, 8, 16); "
+        "smallest fix: --pin context_parallel=16"), result.stderr
 
 
 def test_solve_with_a_pinned_degree_reports_it(tmp_path):

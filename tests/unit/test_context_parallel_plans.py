@@ -61,7 +61,8 @@ def test_long_sequences_search_powers_of_two_up_to_16():
 
 
 def test_a_pinned_degree_that_cannot_split_the_sequence_is_refused():
-    with pytest.raises(InputError, match="2 x cp chunks of whole 128-token tiles"):
+    with pytest.raises(InputError, match="context_parallel has no value left to search: 2 .pinned. is not a split of "
+                                          "seq_len 1,000 into 2 x context_parallel chunks of whole 128-token attention tiles"):
         build_problem(TrainingWorkload(model="llama-3.1-8b", seq_len=1000, global_batch=8),
                       SearchSpace(gpus=("h100",), max_gpus=8, workers=1, pin={"context_parallel": "2"}))
 
