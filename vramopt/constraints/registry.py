@@ -27,6 +27,16 @@ MODULES = (parallelism, context_parallel, precision, batching, zero, offload, ch
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
+NOT_MIGRATED = (
+    "gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "virtual_stages",
+    "context_parallel", "precision", "grad_comm_precision", "micro_batch", "zero_stage", "offload", "checkpointing",
+    "flash_attention", "quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding",
+)
+"""Techniques whose parts still live in the shared modules (costs/, cli.py, display.py, the
+exporters) rather than in a ``Contribution``; tests/unit/test_technique_completeness.py
+fails when a technique outside this list lacks any part, so a new technique cannot be
+registered half-done. Shrink it as techniques migrate."""
+
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")

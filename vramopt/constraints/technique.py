@@ -57,6 +57,10 @@ class Technique:
     """PlanColumns codes of the chosen row -> the plan value."""
     workloads: tuple[str, ...] = TRAINING_KINDS
     """The workloads whose plans have this field."""
+    contribution: Any = None
+    """Its validity rules, memory and time terms, contract field, display line, exports and
+    sources (``constraints/contribution.Contribution``); None for the techniques whose parts
+    still live in the shared modules (``registry.NOT_MIGRATED``)."""
 
     def preference(self, value: Any, domain: Sequence) -> int:
         """Fixed tie-break order: the position in the domain's declared order."""
