@@ -29,7 +29,7 @@ BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
 NOT_MIGRATED = (
     "gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "virtual_stages",
-    "context_parallel", "precision", "grad_comm_precision", "micro_batch", "zero_stage", "offload", "checkpointing",
+    "precision", "grad_comm_precision", "micro_batch", "zero_stage", "offload", "checkpointing",
     "flash_attention", "quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding",
 )
 """Techniques whose parts still live in the shared modules (costs/, cli.py, display.py, the

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.constraints.context_parallel import EXPORT_NOTES as CONTEXT_PARALLEL_EXPORT_NOTES
+from vramopt.constraints.context_parallel import CONTEXT_PARALLEL
 from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
 from vramopt.errors import InputError
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
@@ -168,8 +168,7 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         content["activation_checkpointing"] = checkpoint_section
 
     _parallelism_notes(tensor_parallel, pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, zero_stage, notes)
-    if context_parallel > 1:
-        notes.append(CONTEXT_PARALLEL_EXPORT_NOTES["deepspeed"].format(cp=context_parallel))
+    notes.extend(CONTEXT_PARALLEL.contribution.exports["deepspeed"].apply({**plan, "context_parallel": context_parallel}, content))
     notes.append(_flash_attention_note(flash_attention))
     notes.append(
         f"sequence length {seq_len} tokens: set in the data pipeline and the model, not in the DeepSpeed config"
