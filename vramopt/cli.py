@@ -74,6 +74,9 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, what a shell reports for a command that SIGINT ended."""
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
+OPTIMIZER_CHOICES = ("adam", "adam8bit", "adafactor", "sgd")
+"""costs/optimizer_states.OPTIMIZER_NAMES, spelled out here so --help imports no numpy
+(tests/unit/test_technique_completeness.py checks the two agree)."""
 DEFAULT_HEADROOM_FRACTION = 0.10
 """The seed's rule: keep at least 10% of each GPU's memory free."""
 
@@ -399,6 +402,8 @@ plan_options = apply_options(
                      help="Precision of gradients on the wire.  [default: same as --precision]"),
         click.option("--offload", type=click.Choice(OFFLOAD_CHOICES), default="none", show_default=True,
                      help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3)."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adam", show_default=True,
+                     help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention: no s^2 attention-score activations."),
         click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
@@ -419,7 +424,7 @@ TRAINING_ONLY = {
     "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
     "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
     "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
-    "micro_batch": "--micro-batch",
+    "micro_batch": "--micro-batch", "optimizer": "--optimizer",
 }
 SERVING_ONLY = {
     "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
@@ -475,6 +480,7 @@ def build_plan(options: Mapping[str, Any]):
         offload=options["offload"],
         flash_attention=options["flash_attention"],
         micro_batch=options["micro_batch"],
+        optimizer=options["optimizer"],
     )
 
 
@@ -676,7 +682,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 
     Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel, context_parallel,
     pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, precision,
-    grad_comm_precision, micro_batch, zero_stage, offload, checkpointing, flash_attention.
+    grad_comm_precision, micro_batch, zero_stage, offload, optimizer, checkpointing, flash_attention.
     Serving (--workload infer): gpu, gpus, tensor_parallel, pipeline_parallel, quantization,
     mig_profile, kv_cache_dtype, paged_kv, slots, speculative_decoding.
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason

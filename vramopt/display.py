@@ -133,7 +133,7 @@ def render_plan(result: Mapping[str, Any]) -> str:
         f"parallel  tp={plan['tensor_parallel']} cp={plan.get('context_parallel', 1)} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
         f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
         f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
-        f"flash attention {on_off(plan['flash_attention'])}",
+        f"flash attention {on_off(plan['flash_attention'])}{_optimizer_phrase(plan)}",
         f"precision {plan['precision']} compute, {plan['grad_comm_precision']} gradient communication",
         f"batch     {plan['global_batch']:,} sequences x {plan['seq_len']:,} tokens = {tokens_per_step:,} tokens per step "
         f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
@@ -366,6 +366,8 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
         + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
     )
+    if result.get("optimizer_gain"):
+        why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)
     offload = result.get("offload_cost")
     if offload:
         why += (
@@ -537,3 +539,19 @@ def _context_brief(plan: Mapping[str, Any], label: str) -> str:
     """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
     degree = plan.get("context_parallel", 1)
     return f"{label}{degree} " if degree > 1 else ""
+
+
+def _optimizer_phrase(plan: Mapping[str, Any]) -> str:
+    """', optimizer 8-bit Adam ...' on the memory line when the plan's optimizer is not Adam
+    (the technique's own display line, constraints/optimizer_format.py)."""
+    if plan.get("optimizer", "adam") == "adam":
+        return ""
+    from vramopt.constraints.optimizer_format import display  # numpy is loaded by then
+
+    return ", " + display(plan)
+
+
+def optimizer_why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb_format) -> str:
+    from vramopt.constraints.optimizer_format import why_line
+
+    return why_line(plan, gain, gb_format)

@@ -19,6 +19,7 @@ from vramopt.costs.columns import (
     OFFLOAD_NAMES,
     PlanColumns,
 )
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.costs.training import TrainingCase, invalid_reasons
 from vramopt.errors import InputError
 from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
@@ -63,6 +64,12 @@ def offload_code(name: str) -> int:
     return OFFLOAD_NAMES.index(name)
 
 
+def optimizer_code(name: str) -> int:
+    if name not in OPTIMIZER_NAMES:
+        raise InputError(f"optimizer '{name}' is not one of {', '.join(OPTIMIZER_NAMES)}")
+    return OPTIMIZER_NAMES.index(name)
+
+
 def data_parallel_degree(plan: TrainingPlan) -> int:
     return plan.gpus // (plan.tensor_parallel * plan.context_parallel * plan.pipeline_parallel)
 
@@ -99,6 +106,7 @@ def encode(plans: Sequence[TrainingPlan]) -> PlanColumns:
                 int(plan.sequence_parallel), plan.virtual_stages, plan.zero_stage, kind, every,
                 precision_code(plan.precision), precision_code(plan.grad_comm_precision, "grad_comm_precision"),
                 offload_code(plan.offload), int(plan.flash_attention), plan.micro_batch, plan.context_parallel,
+                optimizer_code(plan.optimizer),
             )
         )
     matrix = np.array(rows, dtype=np.int64).T
@@ -153,4 +161,5 @@ def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:
         offload=OFFLOAD_NAMES[value("offload")],
         flash_attention=bool(value("flash_attention")),
         micro_batch=value("micro_batch"),
+        optimizer=OPTIMIZER_NAMES[value("optimizer")],
     )

@@ -83,6 +83,7 @@ class TrainingEstimate(EvaluatedPlan):
             "precision": plan["precision"],
             "grad_comm_precision": plan["grad_comm_precision"],
             "offload": plan["offload"],
+            "optimizer": plan["optimizer"],
             "flash_attention": plan["flash_attention"],
             "seq_len": self.workload.seq_len,
             "micro_batch": plan["micro_batch"],
@@ -123,6 +124,7 @@ class TrainingEstimate(EvaluatedPlan):
             "context_parallel_s": float(values["context_parallel_s"]),
             "data_parallel_s": float(values["data_parallel_s"]),
             "offload_s": float(values["offload_s"]),
+            "optimizer_step_s": float(values["optimizer_step_s"]),
         }
 
     def lora_dict(self) -> dict[str, Any] | None:
@@ -332,6 +334,10 @@ class SolveResult:
     workload_kind: str = "train"
     """For an offloaded plan: what the same plan would need without offload, and the
     expected slowdown (its tokens/s over the offloaded plan's)."""
+    optimizer_gain: Mapping[str, Any] | None = None
+    """For a plan whose optimizer is not Adam: the same plan with Adam (memory, fit, largest
+    micro-batch) and the speed-up (constraints/optimizer_format.optimizer_gain); the key
+    appears in the response only then."""
 
     @property
     def feasible(self) -> bool:
@@ -346,6 +352,8 @@ class SolveResult:
         body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
         body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
+        if self.optimizer_gain:
+            body["optimizer_gain"] = dict(self.optimizer_gain)
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -221,6 +221,9 @@ class TrainingPlan:
     """'none', 'cpu' (optimizer states to host RAM), 'nvme' (all model states to NVMe)."""
     flash_attention: bool = True
     micro_batch: int = 1
+    optimizer: str = "adam"
+    """Optimizer-state format: 'adam' (fp32 states), 'adam8bit' (bitsandbytes block-wise),
+    'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

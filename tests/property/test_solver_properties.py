@@ -33,6 +33,7 @@ PIN_CHOICES = {
     "tensor_parallel": ("1", "2", "4", "8"),
     "micro_batch": ("1", "2", "4"),
     "context_parallel": ("1", "2", "4"),
+    "optimizer": ("adam", "adam8bit", "adafactor", "sgd"),
 }
 
 
@@ -267,3 +268,45 @@ def test_same_request_same_plan_with_1_and_8_workers_and_repeated_runs(workload,
         for workers in (1, 8, 1, 8)
     ]
     assert all(answer == answers[0] for answer in answers[1:])
+
+
+OPTIMIZER_FORMATS = ("adam", "adam8bit", "adafactor", "sgd")
+
+
+@st.composite
+def optimizer_requests(draw):
+    """Training requests that search optimizer-state formats (issue 12 item 5): --allow a
+    subset with adam, sometimes a pin of another field, every training kind."""
+    workload, space = draw(requests().filter(lambda request: isinstance(request[0], TrainingWorkload)))
+    extra = draw(st.lists(st.sampled_from(OPTIMIZER_FORMATS[1:]), min_size=1, max_size=3, unique=True))
+    allowed = tuple(name for name in OPTIMIZER_FORMATS if name == "adam" or name in extra)
+    pin = {field: value for field, value in space.pin.items() if field != "optimizer"}
+    forbid = {field: values for field, values in space.forbid.items() if field != "optimizer"}
+    return workload, SearchSpace(
+        gpus=space.gpus, max_gpus=space.max_gpus, pin=pin, forbid=forbid, allow={"optimizer": allowed},
+        objective=space.objective, min_tokens_per_s=space.min_tokens_per_s, workers=1,
+    )
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
+@given(optimizer_requests())
+def test_cp_sat_equals_exhaustive_with_optimizer_formats(request):
+    """issue 12 item 5: the optimizer state field keeps CP-SAT exact against brute force, and
+    the chosen plan keeps its headroom in floating point."""
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return
+    assert outcome.choice is not None
+    assert outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    plan = decode_choice(problem, exhaustive)
+    event(f"{workload.kind}: optimizer {plan.optimizer}")
+    memory = estimate_training(workload, plan).memory_dict()
+    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]

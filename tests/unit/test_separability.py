@@ -4,10 +4,10 @@ objective exactly"), checked on ``evaluate_training`` with hypothesis.
 For a fixed key (gpu, gpus, tp, cp, pp, dp, precision, micro_batch):
 
 - memory total = state part (weights + gradients + optimizer; depends only on zero_stage,
-  offload, grad_comm_precision) + activation part (activations; depends only on
+  offload, grad_comm_precision, optimizer) + activation part (activations; depends only on
   checkpointing, flash_attention, sequence_parallel, virtual_stages) + a constant
   (logits + reserve);
-- step time = state time (data_parallel_s + offload_s) + activation time (compute_s +
+- step time = state time (data_parallel_s + offload_s + optimizer_step_s) + activation time (compute_s +
   tensor_parallel_s + context_parallel_s).
 
 So the solver can pick a state row and an activation row from two tables per key and add
@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, OFFLOAD_CPU, OFFLOAD_NONE, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
@@ -32,7 +33,7 @@ REL = 1e-12
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "gpt3-175b", "deepseek-v3")
 GPUS = ("b200", "h100", "a100-80gb")
 STATE_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
-STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s")
+STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s", "optimizer_step_s")
 ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "bubble_fraction")
 CONSTANT_OUTPUTS = ("logits_bytes", "reserve_bytes", "micro_batches", "capacity_bytes")
 
@@ -58,6 +59,7 @@ def states():
         zero_stage=st.sampled_from((0, 1, 2, 3)),
         offload=st.sampled_from((OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME)),
         grad_comm_precision=st.sampled_from([PRECISIONS.index(name) for name in ("fp32", "bf16", "fp8")]),
+        optimizer=st.sampled_from(range(len(OPTIMIZER_NAMES))),
     ))
 
 
@@ -114,7 +116,7 @@ def test_memory_and_step_time_split_into_state_and_activation_parts(data):
 
     state_bytes = sum(values[name] for name in STATE_PARTS)
     constant_bytes = values["logits_bytes"] + values["reserve_bytes"]
-    state_time = values["data_parallel_s"] + values["offload_s"]
+    state_time = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
     activation_time = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
     for row in range(4):
         assert_close(values["total_bytes"][row], state_bytes[row] + values["activations_bytes"][row] + constant_bytes[row], "total_bytes")
@@ -134,7 +136,7 @@ def test_the_sum_of_parts_recombines_across_rows(data):
     state_bytes = sum(values[name][ax] for name in STATE_PARTS)
     constant = values["logits_bytes"][ax] + values["reserve_bytes"][ax]
     assert_close(values["total_bytes"][ay], state_bytes + values["activations_bytes"][by] + constant, "total_bytes")
-    state_time = values["data_parallel_s"][ax] + values["offload_s"][ax]
+    state_time = values["data_parallel_s"][ax] + values["offload_s"][ax] + values["optimizer_step_s"][ax]
     activation_time = values["compute_s"][by] + values["tensor_parallel_s"][by] + values["context_parallel_s"][by]
     assert_close(values["step_time_s"][ay], state_time + activation_time, "step_time_s")
 
@@ -143,6 +145,6 @@ def test_constraints_registry_agrees_on_the_split():
     # The constraint layer declares the same grouping (vramopt/constraints/registry.py).
     from vramopt.constraints import registry  # the project's own module: a failed import is a failure, not a skip
 
-    assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision"}
+    assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
     assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}

@@ -14,6 +14,7 @@ from vramopt.constraints import (
     kv_cache,
     mig,
     offload,
+    optimizer_format,
     parallelism,
     precision,
     quantization,
@@ -22,7 +23,7 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, context_parallel, precision, batching, zero, offload, checkpointing, attention, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, precision, batching, zero, offload, optimizer_format, checkpointing, attention, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
@@ -38,7 +39,7 @@ fails when a technique outside this list lacks any part, so a new technique cann
 registered half-done. Shrink it as techniques migrate."""
 
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
-STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision")
+STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")

@@ -35,6 +35,9 @@ from vramopt.costs.memory import (
     parameters_per_gpu,
 )
 from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.costs.optimizer_states import optimizer_invalid_reasons, optimizer_step_seconds
+from vramopt.costs.precision import PRECISION_BYTES
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "reserve_bytes")
@@ -90,6 +93,7 @@ def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.nd
         "offload=nvme needs zero_stage 3 (ZeRO-Infinity)": (columns.offload == OFFLOAD_NVME) & (columns.zero_stage < 3),
         "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
         **context_parallel_invalid_reasons(case.seq_len, columns),
+        **optimizer_invalid_reasons(case.trainable_fraction, columns),
     }
 
 
@@ -130,7 +134,14 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     offload_seconds = offload_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
-    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds
+    # The optimizer-state format's step time beyond Adam's, on this GPU's ZeRO shard.
+    optimizer_shard = params_gpu * case.trainable_fraction / ParallelLayout.from_columns(columns).optimizer_zero_shards(
+        columns.zero_stage
+    )
+    optimizer_step_seconds_value = optimizer_step_seconds(
+        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision]
+    )
+    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 
     tokens_per_step = float(case.global_batch * seq_len)
     peak = peak_flops_per_s(gpu, columns.precision)
@@ -162,6 +173,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
         data_parallel_s=data_parallel_seconds,
         offload_s=offload_seconds,
+        optimizer_step_s=optimizer_step_seconds_value,
         step_time_s=step_time,
         tokens_per_s=tokens_per_s,
         mfu=mfu,

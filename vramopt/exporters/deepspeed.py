@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from vramopt.constraints.context_parallel import CONTEXT_PARALLEL
+from vramopt.constraints.optimizer_format import OPTIMIZER
 from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.errors import InputError
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
 from vramopt.plan import parse_checkpointing
@@ -174,10 +176,8 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         f"sequence length {seq_len} tokens: set in the data pipeline and the model, not in the DeepSpeed config"
     )
     notes.append(_launch_note(plan["gpu"], gpus, plan.get("nodes")))
-    notes.append(
-        "optimizer: the plan's memory assumes Adam/AdamW (fp32 master weights, momentum and variance, "
-        "12 bytes per parameter); configure it in the config's 'optimizer' section or in code"
-    )
+    optimizer = one_of(plan, "optimizer", OPTIMIZER_NAMES) if "optimizer" in plan else "adam"  # older responses: adam
+    notes.extend(OPTIMIZER.contribution.exports["deepspeed"].apply({**plan, "optimizer": optimizer}, content))
     if workload in ("lora", "qlora"):
         notes.append(_lora_note(workload, response.get("lora")))
     return ExportResult(content=content, notes=tuple(notes))

@@ -69,10 +69,10 @@ def bound_in_ticks(bound_s: float, tick_s: float) -> int:
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel")
-STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision")
+STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
 
-NEUTRAL_STATE = {"zero_stage": 0, "offload": 0}
+NEUTRAL_STATE = {"zero_stage": 0, "offload": 0, "optimizer": 0}
 NEUTRAL_ACTIVATION = {"checkpoint_kind": 0, "checkpoint_every": 0, "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1}
 
 
@@ -335,9 +335,10 @@ def _union(domains) -> tuple[dict[str, Any], ...]:
 
 def _state_items(context, choices) -> tuple[dict[str, Any], ...]:
     return tuple(
-        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad}
-        for zero, offload, grad in itertools.product(
-            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices)
+        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad, "optimizer": optimizer}
+        for zero, offload, grad, optimizer in itertools.product(
+            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices),
+            domain("optimizer", context, choices),
         )
     )
 
@@ -406,7 +407,7 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
         values = evaluate_training(case, columns)
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
-            seconds[rows] = values["data_parallel_s"] + values["offload_s"]
+            seconds[rows] = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
