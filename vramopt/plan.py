@@ -22,6 +22,7 @@ from vramopt.costs.columns import (
 from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.costs.training import TrainingCase, invalid_reasons
 from vramopt.errors import InputError
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
 
 
@@ -71,7 +72,7 @@ def optimizer_code(name: str) -> int:
 
 
 def data_parallel_degree(plan: TrainingPlan) -> int:
-    return plan.gpus // (plan.tensor_parallel * plan.context_parallel * plan.pipeline_parallel)
+    return ParallelLayout.from_plan(plan).data_parallel
 
 
 def nodes_used(gpus: int, gpus_per_node: int) -> int:
@@ -85,7 +86,7 @@ def check_sizes(plan: TrainingPlan) -> None:
             raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
     if plan.zero_stage not in (0, 1, 2, 3) or isinstance(plan.zero_stage, bool):
         raise InputError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
-    product = plan.tensor_parallel * plan.context_parallel * plan.pipeline_parallel
+    product = ParallelLayout.from_plan(plan).replica_gpus
     if plan.gpus % product != 0:
         raise InputError(
             f"tensor_parallel x context_parallel x pipeline_parallel = {plan.tensor_parallel} x {plan.context_parallel} x "

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from vramopt.costs.inference import requirements_met
 from vramopt.costs.training import MEMORY_TERMS
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import ModelSpec, TrainingPlan, TrainingWorkload
 
 SCHEMA = "vramopt/v1"
@@ -67,7 +68,7 @@ class TrainingEstimate(EvaluatedPlan):
 
     def plan_dict(self) -> dict[str, Any]:
         plan = asdict(self.plan)
-        data_parallel = self.plan.gpus // (self.plan.tensor_parallel * self.plan.context_parallel * self.plan.pipeline_parallel)
+        data_parallel = ParallelLayout.from_plan(self.plan).data_parallel
         ordered = {
             "gpu": plan["gpu"],
             "gpus": plan["gpus"],

@@ -3,11 +3,14 @@ divisibility rules and tensor sharding, for one plan and for many at once (issue
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import vramopt
 from vramopt.costs.columns import PlanColumns
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import TrainingPlan
@@ -136,3 +139,44 @@ def test_is_frozen():
     layout = ParallelLayout(tensor_parallel=1, pipeline_parallel=1, data_parallel=1)
     with pytest.raises(AttributeError):
         layout.tensor_parallel = 2  # type: ignore[misc]
+
+
+DEGREE = r"(?:tensor_parallel|context_parallel|pipeline_parallel|data_parallel|expert_parallel|expert_tensor_parallel|tp|cp|pp|dp|t|p)"
+PRODUCT = re.compile(rf"(?<![\w\"'])(?:\w+\s*\.\s*)*{DEGREE}\s*\*\s*(?:\w+\s*\.\s*)*{DEGREE}(?![\w(])")
+
+
+def _code_lines(path: Path):
+    """Source lines without comments and string literals (docstrings and messages may spell
+    out 'tp x pp'; the code may not multiply)."""
+    import io
+    import tokenize
+
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    lines: dict[int, list[str]] = {}
+    for token in tokens:
+        if token.type in (tokenize.COMMENT, tokenize.STRING) or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+            continue
+        lines.setdefault(token.start[0], []).append(token.string)
+    return {number: " ".join(parts) for number, parts in lines.items()}
+
+
+def test_no_module_outside_the_layout_multiplies_two_degrees():
+    """issue 12 item 1: every product of parallel degrees is asked of ParallelLayout."""
+    package = Path(vramopt.__file__).resolve().parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "parallel_layout.py":
+            continue
+        for number, line in _code_lines(path).items():
+            if PRODUCT.search(line):
+                offenders.append(f"{path.relative_to(package.parent)}:{number}: {line.strip()}")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_scan_catches_a_product():
+    assert PRODUCT.search("shards = t * p")
+    assert PRODUCT.search("x = plan.tensor_parallel * plan.pipeline_parallel")
+    assert PRODUCT.search("gpus = tp * cp * pp * dp")
+    assert not PRODUCT.search("count = layout.world_size")
+    assert PRODUCT.search("gpus // ( plan . tensor_parallel * plan . pipeline_parallel )")
+    assert not PRODUCT.search("bytes = 2 * p_bytes")

@@ -51,3 +51,19 @@ def offload_seconds_per_step(
         cpu_transfer + adam_seconds,
         np.where(columns.offload == OFFLOAD_NVME, nvme_transfer + adam_seconds, 0.0),
     )
+
+
+OFFLOAD_RULES = (
+    (OFFLOAD_CPU, 1, "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)"),
+    (OFFLOAD_NVME, 3, "offload=nvme needs zero_stage 3 (ZeRO-Infinity)"),
+)
+"""The offload/ZeRO compatibility rules, written once: (offload code, lowest ZeRO stage,
+message). DeepSpeed offloads optimizer states only under ZeRO (ZeRO-Offload, Ren et al.
+2021) and parameters only under ZeRO-3 (ZeRO-Infinity, Rajbhandari et al. 2021). The cost
+model's validity masks, the DeepSpeed exporter's input check and the infeasibility
+explanation read them from here."""
+
+
+def offload_invalid_reasons(offload, zero_stage) -> dict[str, np.ndarray]:
+    """Masks (or booleans, for one plan) of offload choices the ZeRO stage does not allow."""
+    return {message: (np.asarray(offload) == code) & (np.asarray(zero_stage) < lowest) for code, lowest, message in OFFLOAD_RULES}

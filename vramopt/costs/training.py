@@ -18,7 +18,7 @@ import numpy as np
 
 from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import CHECKPOINT_EVERY, OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
 from vramopt.costs.context_parallel import context_parallel_invalid_reasons, ring_seconds_per_micro_batch
 from vramopt.costs.compute import (
@@ -34,7 +34,7 @@ from vramopt.costs.memory import (
     offloaded_bytes_per_gpu,
     parameters_per_gpu,
 )
-from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.costs.offload import offload_invalid_reasons, offload_seconds_per_step
 from vramopt.costs.optimizer_states import optimizer_invalid_reasons, optimizer_step_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
@@ -64,7 +64,7 @@ class TrainingCase:
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
-    return case.global_batch / (columns.data_parallel * columns.micro_batch)
+    return ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
 
 
 def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -74,23 +74,19 @@ def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray
 def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
     """Masks of plans that are not well formed, keyed by a readable reason."""
     model = case.model
-    t, p, dp, v = columns.tensor_parallel, columns.pipeline_parallel, columns.data_parallel, columns.virtual_stages
-    cp = columns.context_parallel
-    micro_batches = case.global_batch / (dp * columns.micro_batch)
-    kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
+    t, p, v = columns.tensor_parallel, columns.pipeline_parallel, columns.virtual_stages
+    layout = ParallelLayout.from_columns(columns)
+    micro_batches = layout.micro_batches(case.global_batch, columns.micro_batch)
     return {
-        "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
-        "pipeline_parallel must divide the layers": model.layers % p != 0,
-        "tensor_parallel x context_parallel x pipeline_parallel x data_parallel must equal the GPU count": t * cp * p * dp
-        != columns.gpus,
-        "global_batch must be a multiple of micro_batch x data_parallel": np.abs(micro_batches - np.round(micro_batches)) > 1e-9,
+        # heads, layers, gpus = tp x cp x pp x dp, global batch, expert groups (parallel_layout.py)
+        **layout.invalid_reasons(gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
+                                 global_batch=case.global_batch, micro_batch=columns.micro_batch),
         "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
         & ((p == 1) | ((model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
         "sequence_parallel needs tensor_parallel > 1": (columns.sequence_parallel == 1) & (t == 1),
         "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
         & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > model.layers // p)),
-        "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)": (columns.offload == OFFLOAD_CPU) & (columns.zero_stage < 1),
-        "offload=nvme needs zero_stage 3 (ZeRO-Infinity)": (columns.offload == OFFLOAD_NVME) & (columns.zero_stage < 3),
+        **offload_invalid_reasons(columns.offload, columns.zero_stage),
         "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
         **context_parallel_invalid_reasons(case.seq_len, columns),
         **optimizer_invalid_reasons(case.trainable_fraction, columns),

@@ -286,10 +286,12 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
     zero_stages = chain.keep("zero_stage")
 
     def offload_reason(name: str) -> str | None:
-        if name == "cpu" and not any(stage >= 1 for stage in zero_stages):
-            return f"not valid: offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload), and zero_stage can only be {_listing(zero_stages)}"
-        if name == "nvme" and 3 not in zero_stages:
-            return f"not valid: offload=nvme needs zero_stage 3 (ZeRO-Infinity), and zero_stage can only be {_listing(zero_stages)}"
+        from vramopt.costs.columns import OFFLOAD_NAMES
+        from vramopt.costs.offload import OFFLOAD_RULES
+
+        for code, lowest, message in OFFLOAD_RULES:  # the rules' one home: costs/offload.py
+            if name == OFFLOAD_NAMES[code] and not any(stage >= lowest for stage in zero_stages):
+                return f"not valid: {message}, and zero_stage can only be {_listing(zero_stages)}"
         return None
 
     chain.keep("offload", offload_reason, universe=lambda: ("none", "cpu", "nvme"))

@@ -34,6 +34,7 @@ from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.optimizer.domains import check_workload_fields, domain, grad_comm_domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
@@ -298,8 +299,9 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
         for dp in data_parallel:
-            if t * cp * p * dp in position:
-                layouts.append((position[t * cp * p * dp], t_index, c_index, p_index, t * cp * p * dp, t, cp, p, dp))
+            count = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).world_size
+            if count in position:
+                layouts.append((position[count], t_index, c_index, p_index, count, t, cp, p, dp))
     layouts.sort()
     rows = []
     for _, _, _, _, count, t, cp, p, dp in layouts:
