@@ -28,7 +28,7 @@ from vramopt.estimate import check_serving_workload, mig_profile_code, serving_c
 
 __all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
-from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
+from vramopt.optimizer.tables import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
