@@ -244,8 +244,12 @@ class ParallelLayout:
             reasons["global_batch must be a multiple of micro_batch x data_parallel"] = (
                 np.abs(micro_batches - np.round(micro_batches)) > 1e-9
             )
+        # Scalars of 1 (expert parallelism not searched yet) cannot break the rule: skip the
+        # array arithmetic the solver's tables would otherwise pay on every row.
+        no_experts = all(isinstance(degree, int) and degree == 1
+                         for degree in (self.expert_parallel, self.expert_tensor_parallel))
         reasons["expert_parallel x expert_tensor_parallel must divide tensor_parallel x context_parallel x data_parallel"] = (
-            self.stage_gpus % self.expert_weight_shards != 0
+            np.False_ if no_experts else self.stage_gpus % self.expert_weight_shards != 0
         )
         if experts is not None:
             reasons["expert_parallel must divide the routed experts"] = experts % self.expert_parallel != 0

@@ -156,6 +156,9 @@ def state_bytes_per_parameter(model, columns) -> np.ndarray:
 def optimizer_step_seconds(model, gpu, columns, trainable_shard_params, gradient_bytes, weight_bytes) -> np.ndarray:
     """Time term: the optimizer step's HBM time beyond Adam's, on the GPU's shard; 0 under
     offload (the host runs the step, and offload needs Adam)."""
+    optimizer = np.asarray(optimizer_column(columns))
+    if not np.any(optimizer != ADAM):  # the common case: Adam everywhere adds exactly 0
+        return np.zeros(np.shape(trainable_shard_params))
     on_gpu = np.asarray(columns.offload) == OFFLOAD_NONE
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
     seconds = step_seconds_beyond_adam(
