@@ -141,11 +141,14 @@ def render_plan(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_memory(memory: Mapping[str, Any]) -> str:
+def render_memory(memory: Mapping[str, Any], optimizer: str = "adam") -> str:
     capacity = memory["capacity_bytes"]
     required = memory["required_headroom_fraction"]
     limit = capacity * (1.0 - required)
-    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in MEMORY_LABELS.items()]
+    labels = dict(MEMORY_LABELS)
+    if optimizer != "adam":  # name the format the plan's optimizer states are in
+        labels["optimizer_bytes"] = f"optimizer states ({optimizer})"
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in labels.items()]
     rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
     rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(limit), percent(1.0 - required)])
     rows.append(["capacity", gb(capacity), percent(1.0)])
@@ -204,6 +207,8 @@ def render_throughput(result: Mapping[str, Any]) -> str:
         ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
         ["offload transfers", throughput["offload_s"]],
     ]
+    if throughput.get("optimizer_step_s", 0.0):  # 0 for Adam, whose step the fitted efficiency holds
+        breakdown.append(["optimizer step beyond Adam's", throughput["optimizer_step_s"]])
     breakdown_rows = [[label, f"{seconds:,.2f}", percent(seconds / step if step > 0 else 0.0)] for label, seconds in breakdown]
     return table(summary, ["throughput", "value"]) + "\n\n" + table(breakdown_rows, ["step time", "s", "% of step"])
 
@@ -218,7 +223,7 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
         [
             render_plan(result),
             "",
-            render_memory(memory),
+            render_memory(memory, result["plan"].get("optimizer", "adam")),
             "GB = 1e9 bytes",
             "",
             *fit_lines(memory, host_limit_bytes, nvme_limit_bytes),
@@ -365,6 +370,8 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
         + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
         + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+        + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
+           if throughput.get("optimizer_step_s", 0.0) else "")
     )
     if result.get("optimizer_gain"):
         why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)

@@ -107,6 +107,12 @@ def test_estimate_carries_the_field_into_json_and_display():
     assert body["plan"]["optimizer"] == "adam8bit"
     assert body["throughput"]["optimizer_step_s"] < 0
     assert "optimizer 8-bit Adam" in render_plan(body)
+    from vramopt.display import render_training
+
+    table = render_training(body)
+    assert "optimizer states (adam8bit)" in table and "optimizer step beyond Adam's" in table
+    assert "optimizer states (Adam)" in render_training(estimate_training(
+        workload, TrainingPlan(gpu="h100", gpus=8, zero_stage=1)).to_dict())
     plain = estimate_training(workload, TrainingPlan(gpu="h100", gpus=8, zero_stage=1)).to_dict()
     assert plain["plan"]["optimizer"] == "adam" and "optimizer" not in render_plan(plain).split("memory", 1)[1].split("\n")[0]
     with pytest.raises(InputError, match="optimizer 'lion' is not one of adam, adam8bit, adafactor, sgd"):
