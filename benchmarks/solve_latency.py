@@ -4,7 +4,8 @@ Run: python benchmarks/solve_latency.py [--repeats 3]
 Prints, for 2t and 70b at max-gpus 16, 256, 1,024 and 16,384 (training, default space):
 the candidate rows, the size of the full configuration space the exhaustive engine scans,
 the wall time of each engine end to end (tables + search + decode + re-verification,
-runner-up search excluded and reported apart), and their ratio. Then the end-to-end CLI time of
+runner-up search excluded and reported apart), and their ratio. Then 70b at 131,072 tokens (context
+parallelism in the default domain) against the same space with cp allowed only at 1. Then the end-to-end CLI time of
 `vramopt solve --model 2t --max-gpus 16` (process start included). Best of --repeats.
 """
 
@@ -25,6 +26,7 @@ from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 
 CASES = [(model, gpus) for model in ("2t", "70b") for gpus in (16, 256, 1024, 16384)]
 SERVING_CASES = [(model, gpus) for model in ("70b", "8b") for gpus in (1, 8, 64, 256)]
+LONG_CONTEXT_CASES = [("70b", gpus) for gpus in (16, 64, 256, 1024)]
 
 
 def best_time(function, repeats: int) -> tuple[float, object]:
@@ -67,6 +69,22 @@ def main() -> None:
             f"{model:>5} {gpus:>8} {problem.key_count:>6} {well_formed:>12,} {fitting:>11,} {build_s:>8.3f} {cp_s:>9.3f} {ex_s:>12.3f} "
             f"{ex_s / cp_s:>6.2f} {full_s - cp_s:>12.3f} {cp.solver.status:<8} {summary}"
         )
+    print()
+    print("long context (seq_len 131072, global batch 64): context parallelism searched vs allowed only at cp=1")
+    print(f"{'model':>5} {'max_gpus':>8} {'cp':>7} {'keys':>6} {'build_s':>8} {'cp_sat_s':>9} {'exhaustive_s':>12} status   plan")
+    for model, gpus in LONG_CONTEXT_CASES:
+        workload = TrainingWorkload(model=model, seq_len=131072, global_batch=64)
+        for label, allow in (("default", {}), ("cp=1", {"context_parallel": ("1",)})):
+            space = SearchSpace(max_gpus=gpus, workers=1, allow=allow)
+            solve_training(workload, space, runner_up_count=0)
+            build_s, problem = best_time(lambda: build_problem(workload, space), arguments.repeats)
+            cp_s, cp = best_time(lambda: solve_training(workload, space, runner_up_count=0), arguments.repeats)
+            ex_s, ex = best_time(lambda: solve_training(workload, space, engine="exhaustive", runner_up_count=0), arguments.repeats)
+            assert cp.solver.objective_value == ex.solver.objective_value, (model, gpus, label)
+            plan = cp.estimate.plan if cp.estimate else None
+            summary = (f"{plan.gpus}x tp{plan.tensor_parallel} cp{plan.context_parallel} pp{plan.pipeline_parallel} z{plan.zero_stage} "
+                       f"{plan.precision} {plan.offload} {plan.checkpointing} {cp.estimate.values['tokens_per_s']:,.0f} tok/s") if plan else "-"
+            print(f"{model:>5} {gpus:>8} {label:>7} {problem.key_count:>6} {build_s:>8.3f} {cp_s:>9.3f} {ex_s:>12.3f} {cp.solver.status:<8} {summary}")
     print()
     print("serving (--workload infer, context 8192, max tokens/s)")
     print(f"{'model':>5} {'max_gpus':>8} {'keys':>6} {'configs':>10} {'build_s':>8} {'cp_sat_s':>9} {'exhaustive_s':>12} {'ratio':>6} status   plan")

@@ -76,6 +76,9 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, what a shell reports for a command that SIGINT ended."""
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
+OPTIMIZER_CHOICES = ("adam", "adam8bit", "adafactor", "sgd")
+"""costs/optimizer_states.OPTIMIZER_NAMES, spelled out here so --help imports no numpy
+(tests/unit/test_technique_completeness.py checks the two agree)."""
 DEFAULT_HEADROOM_FRACTION = 0.10
 """The seed's rule: keep at least 10% of each GPU's memory free."""
 
@@ -383,8 +386,10 @@ workload_options = apply_options(
 plan_options = apply_options(
     [
         click.option("--gpu", default="b200", show_default=True, help="GPU type (see `vramopt gpus`)."),
-        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x pp x dp."),
+        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x cp x pp x dp."),
         click.option("--tp", "tensor_parallel", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--cp", "--context-parallel", "context_parallel", type=POSITIVE, default=1, show_default=True,
+                     help="Context-parallel degree: ring attention over cp GPUs that split each sequence."),
         click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
                      help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
@@ -399,6 +404,8 @@ plan_options = apply_options(
                      help="Precision of gradients on the wire.  [default: same as --precision]"),
         click.option("--offload", type=click.Choice(OFFLOAD_CHOICES), default="none", show_default=True,
                      help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3)."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adam", show_default=True,
+                     help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention: no s^2 attention-score activations."),
         click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
@@ -417,9 +424,9 @@ plan_options = apply_options(
 
 TRAINING_ONLY = {
     "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
-    "virtual_stages": "--virtual-stages", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
     "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
-    "micro_batch": "--micro-batch",
+    "micro_batch": "--micro-batch", "optimizer": "--optimizer",
 }
 SERVING_ONLY = {
     "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
@@ -464,6 +471,7 @@ def build_plan(options: Mapping[str, Any]):
         gpu=options["gpu"],
         gpus=options["gpus"],
         tensor_parallel=options["tensor_parallel"],
+        context_parallel=options["context_parallel"],
         pipeline_parallel=options["pipeline_parallel"],
         sequence_parallel=options["sequence_parallel"],
         virtual_stages=options["virtual_stages"],
@@ -474,6 +482,7 @@ def build_plan(options: Mapping[str, Any]):
         offload=options["offload"],
         flash_attention=options["flash_attention"],
         micro_batch=options["micro_batch"],
+        optimizer=options["optimizer"],
     )
 
 
@@ -682,9 +691,9 @@ def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
 def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, **options: Any) -> None:
     """Find the highest-throughput plan that fits every GPU with its headroom.
 
-    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel,
+    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel, context_parallel,
     pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, precision,
-    grad_comm_precision, micro_batch, zero_stage, offload, checkpointing, flash_attention.
+    grad_comm_precision, micro_batch, zero_stage, offload, optimizer, checkpointing, flash_attention.
     Serving (--workload infer): gpu, gpus, tensor_parallel, pipeline_parallel, quantization,
     mig_profile, kv_cache_dtype, paged_kv, slots, speculative_decoding.
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason

@@ -131,10 +131,10 @@ def render_plan(result: Mapping[str, Any]) -> str:
                                                  f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
                                                  f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
           if result.get("workload", "train") != "train" else []),
-        f"parallel  tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
+        f"parallel  tp={plan['tensor_parallel']} cp={plan.get('context_parallel', 1)} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
         f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
         f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
-        f"flash attention {on_off(plan['flash_attention'])}",
+        f"flash attention {on_off(plan['flash_attention'])}{_optimizer_phrase(plan)}",
         f"precision {plan['precision']} compute, {plan['grad_comm_precision']} gradient communication",
         f"batch     {plan['global_batch']:,} sequences x {plan['seq_len']:,} tokens = {tokens_per_step:,} tokens per step "
         f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
@@ -142,11 +142,14 @@ def render_plan(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_memory(memory: Mapping[str, Any]) -> str:
+def render_memory(memory: Mapping[str, Any], optimizer: str = "adam") -> str:
     capacity = memory["capacity_bytes"]
     required = memory["required_headroom_fraction"]
     limit = capacity * (1.0 - required)
-    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in MEMORY_LABELS.items()]
+    labels = dict(MEMORY_LABELS)
+    if optimizer != "adam":  # name the format the plan's optimizer states are in
+        labels["optimizer_bytes"] = f"optimizer states ({optimizer})"
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in labels.items()]
     rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
     rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(limit), percent(1.0 - required)])
     rows.append(["capacity", gb(capacity), percent(1.0)])
@@ -201,9 +204,12 @@ def render_throughput(result: Mapping[str, Any]) -> str:
     breakdown = [
         [f"compute (incl. pipeline bubble {percent(throughput['bubble_fraction'])})", throughput["compute_s"]],
         ["tensor-parallel communication", throughput["tensor_parallel_s"]],
+        ["context-parallel KV ring (exposed)", throughput.get("context_parallel_s", 0.0)],
         ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
         ["offload transfers", throughput["offload_s"]],
     ]
+    if throughput.get("optimizer_step_s", 0.0):  # 0 for Adam, whose step the fitted efficiency holds
+        breakdown.append(["optimizer step beyond Adam's", throughput["optimizer_step_s"]])
     breakdown_rows = [[label, f"{seconds:,.2f}", percent(seconds / step if step > 0 else 0.0)] for label, seconds in breakdown]
     return table(summary, ["throughput", "value"]) + "\n\n" + table(breakdown_rows, ["step time", "s", "% of step"])
 
@@ -218,7 +224,7 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
         [
             render_plan(result),
             "",
-            render_memory(memory),
+            render_memory(memory, result["plan"].get("optimizer", "adam")),
             "GB = 1e9 bytes",
             "",
             *fit_lines(memory, host_limit_bytes, nvme_limit_bytes),
@@ -234,7 +240,7 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
 
 def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
     return (
-        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']} "
+        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} {_context_brief(plan, 'cp=')}pp={plan['pipeline_parallel']} "
         f"dp={plan['data_parallel']} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
         f"ckpt={plan['checkpointing']} micro-batch={plan['micro_batch']}"
     )
@@ -363,8 +369,13 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
         f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
-        f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+        + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
+        + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+        + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
+           if throughput.get("optimizer_step_s", 0.0) else "")
     )
+    if result.get("optimizer_gain"):
+        why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)
     offload = result.get("offload_cost")
     if offload:
         why += (
@@ -405,7 +416,7 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
-            techniques = (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
+            techniques = (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
                           f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
         table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
                            percent(memory["headroom_fraction"]), techniques])
@@ -430,7 +441,7 @@ def _plan_brief(plan: Mapping[str, Any]) -> str:
         mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
         stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
         return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
-    return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
+    return (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
             f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
 
 
@@ -530,3 +541,25 @@ def render_models(models: Sequence[Any]) -> str:
 
 def models_json(models: Sequence[Any]) -> list[dict[str, Any]]:
     return [{**to_plain(model), "params_total": model.params_total, "params_active": model.params_active} for model in models]
+
+
+def _context_brief(plan: Mapping[str, Any], label: str) -> str:
+    """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
+    degree = plan.get("context_parallel", 1)
+    return f"{label}{degree} " if degree > 1 else ""
+
+
+def _optimizer_phrase(plan: Mapping[str, Any]) -> str:
+    """', optimizer 8-bit Adam ...' on the memory line when the plan's optimizer is not Adam
+    (the technique's own display line, constraints/optimizer_format.py)."""
+    if plan.get("optimizer", "adam") == "adam":
+        return ""
+    from vramopt.constraints.optimizer_format import display  # numpy is loaded by then
+
+    return ", " + display(plan)
+
+
+def optimizer_why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb_format) -> str:
+    from vramopt.constraints.optimizer_format import why_line
+
+    return why_line(plan, gain, gb_format)

@@ -19,8 +19,10 @@ from vramopt.costs.columns import (
     OFFLOAD_NAMES,
     PlanColumns,
 )
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.costs.training import TrainingCase, invalid_reasons
 from vramopt.errors import InputError
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
 
 
@@ -63,8 +65,14 @@ def offload_code(name: str) -> int:
     return OFFLOAD_NAMES.index(name)
 
 
+def optimizer_code(name: str) -> int:
+    if name not in OPTIMIZER_NAMES:
+        raise InputError(f"optimizer '{name}' is not one of {', '.join(OPTIMIZER_NAMES)}")
+    return OPTIMIZER_NAMES.index(name)
+
+
 def data_parallel_degree(plan: TrainingPlan) -> int:
-    return plan.gpus // (plan.tensor_parallel * plan.pipeline_parallel)
+    return ParallelLayout.from_plan(plan).data_parallel
 
 
 def nodes_used(gpus: int, gpus_per_node: int) -> int:
@@ -72,16 +80,19 @@ def nodes_used(gpus: int, gpus_per_node: int) -> int:
 
 
 def check_sizes(plan: TrainingPlan) -> None:
-    for field in ("gpus", "tensor_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
+    for field in ("gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
         value = getattr(plan, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
             raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
     if plan.zero_stage not in (0, 1, 2, 3) or isinstance(plan.zero_stage, bool):
         raise InputError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
-    product = plan.tensor_parallel * plan.pipeline_parallel
+    product = ParallelLayout.from_plan(plan).replica_gpus
     if plan.gpus % product != 0:
         raise InputError(
-            f"tensor_parallel x pipeline_parallel = {product} does not divide the {plan.gpus} GPUs"
+            f"tensor_parallel x context_parallel x pipeline_parallel = {plan.tensor_parallel} x {plan.context_parallel} x "
+            f"{plan.pipeline_parallel} = {product} does not divide the {plan.gpus} GPUs (gpus = tp x cp x pp x dp)"
+            if plan.context_parallel > 1
+            else f"tensor_parallel x pipeline_parallel = {product} does not divide the {plan.gpus} GPUs"
         )
 
 
@@ -95,7 +106,8 @@ def encode(plans: Sequence[TrainingPlan]) -> PlanColumns:
                 plan.gpus, plan.tensor_parallel, plan.pipeline_parallel, data_parallel_degree(plan),
                 int(plan.sequence_parallel), plan.virtual_stages, plan.zero_stage, kind, every,
                 precision_code(plan.precision), precision_code(plan.grad_comm_precision, "grad_comm_precision"),
-                offload_code(plan.offload), int(plan.flash_attention), plan.micro_batch,
+                offload_code(plan.offload), int(plan.flash_attention), plan.micro_batch, plan.context_parallel,
+                optimizer_code(plan.optimizer),
             )
         )
     matrix = np.array(rows, dtype=np.int64).T
@@ -116,6 +128,9 @@ def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
             if "precision" in reason:
                 raise InputError(f"{case.gpu.name} does not support {plan.precision} (its tensor cores run: "
                                  f"{', '.join(case.gpu.peak_flops_per_s)})")
+            if reason.startswith("context_parallel must split"):
+                raise InputError(f"{reason}: seq_len {case.seq_len} / (2 x {plan.context_parallel}) = "
+                                 f"{case.seq_len / (2 * plan.context_parallel):g} tokens per chunk (plan: {describe(plan)})")
             raise InputError(f"{reason} (plan: {describe(plan)}; model {case.model.name}: "
                              f"{case.model.heads} heads, {case.model.layers} layers; GPU {case.gpu.name})")
     return columns
@@ -123,8 +138,9 @@ def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
 
 def describe(plan: TrainingPlan) -> str:
     return (
-        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel} "
-        f"dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
+        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} "
+        + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
+        + f"pp={plan.pipeline_parallel} dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
     )
 
 
@@ -135,6 +151,7 @@ def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:
         gpu=gpu_name,
         gpus=value("gpus"),
         tensor_parallel=value("tensor_parallel"),
+        context_parallel=value("context_parallel"),
         pipeline_parallel=value("pipeline_parallel"),
         sequence_parallel=bool(value("sequence_parallel")),
         virtual_stages=value("virtual_stages"),
@@ -145,4 +162,5 @@ def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:
         offload=OFFLOAD_NAMES[value("offload")],
         flash_attention=bool(value("flash_attention")),
         micro_batch=value("micro_batch"),
+        optimizer=OPTIMIZER_NAMES[value("optimizer")],
     )

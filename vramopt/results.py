@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from vramopt.costs.inference import requirements_met
 from vramopt.costs.training import MEMORY_TERMS
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import ModelSpec, TrainingPlan, TrainingWorkload
 
 SCHEMA = "vramopt/v1"
@@ -67,12 +68,13 @@ class TrainingEstimate(EvaluatedPlan):
 
     def plan_dict(self) -> dict[str, Any]:
         plan = asdict(self.plan)
-        data_parallel = self.plan.gpus // (self.plan.tensor_parallel * self.plan.pipeline_parallel)
+        data_parallel = ParallelLayout.from_plan(self.plan).data_parallel
         ordered = {
             "gpu": plan["gpu"],
             "gpus": plan["gpus"],
             "nodes": self.nodes,
             "tensor_parallel": plan["tensor_parallel"],
+            "context_parallel": plan["context_parallel"],
             "pipeline_parallel": plan["pipeline_parallel"],
             "data_parallel": data_parallel,
             "sequence_parallel": plan["sequence_parallel"],
@@ -82,6 +84,7 @@ class TrainingEstimate(EvaluatedPlan):
             "precision": plan["precision"],
             "grad_comm_precision": plan["grad_comm_precision"],
             "offload": plan["offload"],
+            "optimizer": plan["optimizer"],
             "flash_attention": plan["flash_attention"],
             "seq_len": self.workload.seq_len,
             "micro_batch": plan["micro_batch"],
@@ -119,8 +122,10 @@ class TrainingEstimate(EvaluatedPlan):
             "compute_s": float(values["compute_s"]),
             "bubble_fraction": float(values["bubble_fraction"]),
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
+            "context_parallel_s": float(values["context_parallel_s"]),
             "data_parallel_s": float(values["data_parallel_s"]),
             "offload_s": float(values["offload_s"]),
+            "optimizer_step_s": float(values["optimizer_step_s"]),
         }
 
     def lora_dict(self) -> dict[str, Any] | None:
@@ -330,6 +335,10 @@ class SolveResult:
     workload_kind: str = "train"
     """For an offloaded plan: what the same plan would need without offload, and the
     expected slowdown (its tokens/s over the offloaded plan's)."""
+    optimizer_gain: Mapping[str, Any] | None = None
+    """For a plan whose optimizer is not Adam: the same plan with Adam (memory, fit, largest
+    micro-batch) and the speed-up (constraints/optimizer_format.optimizer_gain); the key
+    appears in the response only then."""
 
     @property
     def feasible(self) -> bool:
@@ -344,6 +353,8 @@ class SolveResult:
         body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
         body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
+        if self.optimizer_gain:
+            body["optimizer_gain"] = dict(self.optimizer_gain)
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -203,6 +203,9 @@ class TrainingPlan:
     gpu: str
     gpus: int
     tensor_parallel: int = 1
+    context_parallel: int = 1
+    """Ranks that split each sequence with ring attention (Liu et al. 2023; Megatron-Core
+    and torchtitan context parallelism); 1 = none. gpus = tp x cp x pp x dp."""
     pipeline_parallel: int = 1
     sequence_parallel: bool = False
     """Shard the layer-norm/dropout activations over the tensor-parallel group (needs tp > 1)."""
@@ -218,6 +221,9 @@ class TrainingPlan:
     """'none', 'cpu' (optimizer states to host RAM), 'nvme' (all model states to NVMe)."""
     flash_attention: bool = True
     micro_batch: int = 1
+    optimizer: str = "adam"
+    """Optimizer-state format: 'adam' (fp32 states), 'adam8bit' (bitsandbytes block-wise),
+    'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -140,9 +140,9 @@ def test_json_is_the_v1_contract_for_the_readme_command():
     assert data["model"]["name"] == "llama-3.1-70b"
     plan = data["plan"]
     expected = {
-        "gpu": "b200", "gpus": 4, "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 4,
+        "gpu": "b200", "gpus": 4, "nodes": 1, "tensor_parallel": 1, "context_parallel": 1, "pipeline_parallel": 1, "data_parallel": 4,
         "sequence_parallel": False, "virtual_stages": 1, "zero_stage": 3, "checkpointing": "every:4",
-        "precision": "bf16", "grad_comm_precision": "bf16", "offload": "none", "flash_attention": True,
+        "precision": "bf16", "grad_comm_precision": "bf16", "offload": "none", "optimizer": "adam", "flash_attention": True,
         "seq_len": 8192, "micro_batch": 1, "grad_accumulation": 8, "global_batch": 32,
     }
     assert plan == expected
@@ -171,8 +171,9 @@ def test_json_matches_the_library_exactly():
         ["--offload", "cpu"],
         ["--gpus", "8", "--pp", "2", "--virtual-stages", "2", "--no-flash-attention", "--checkpoint", "selective"],
         ["--gpus", "16", "--precision", "fp8", "--grad-comm-precision", "fp8", "--offload", "nvme"],
+        ["--gpus", "16", "--tp", "4", "--cp", "4", "--seq-len", "65536"],
     ],
-    ids=["readme", "tp-sp", "cpu-offload", "interleaved", "fp8-nvme"],
+    ids=["readme", "tp-sp", "cpu-offload", "interleaved", "fp8-nvme", "context-parallel"],
 )
 def test_json_validates_against_the_schema(extra):
     errors = validate(estimate_json(readme_args_with(extra)))

@@ -282,7 +282,9 @@ def check_cli(result, test: str, output_format: str | None = None, files: Iterab
     """
     stdout, stderr = result.stdout, result.stderr
     traceback = "Traceback" in stdout or "Traceback" in stderr
-    internal = "internal error" in stderr or "internal error" in stdout
+    # The CLI's internal-error line (cli.py: "error: internal error: ..."), not any mention of
+    # the words: `vramopt --help` lists exit status "70 internal error".
+    internal = "error: internal error:" in stderr or "error: internal error:" in stdout
     refused = result.exit_code != 0
     TALLY.record(test, refused, traceback, internal)
     context = (result.exit_code, stderr[-2000:], repr(result.exception))

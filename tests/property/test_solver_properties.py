@@ -32,6 +32,8 @@ PIN_CHOICES = {
     "flash_attention": ("true", "false"),
     "tensor_parallel": ("1", "2", "4", "8"),
     "micro_batch": ("1", "2", "4"),
+    "context_parallel": ("1", "2", "4"),
+    "optimizer": ("adam", "adam8bit", "adafactor", "sgd"),
 }
 
 
@@ -115,6 +117,60 @@ def test_cp_sat_optimum_equals_exhaustive_optimum(request):
         )
 
 
+LONG_CONTEXT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b")
+
+
+@st.composite
+def long_context_requests(draw):
+    """Sequences above 8K, where context parallelism is in the default domain (issue 12 item 4)."""
+    workload = TrainingWorkload(
+        model=draw(st.sampled_from(LONG_CONTEXT_MODELS)),
+        seq_len=draw(st.sampled_from((16384, 32768, 24576))),
+        global_batch=draw(st.sampled_from((4, 8, 16, 64))),
+        headroom_fraction=draw(st.sampled_from((0.0, 0.1, 0.2))),
+    )
+    pin_field = draw(st.sampled_from((None, "context_parallel", "tensor_parallel", "zero_stage", "checkpointing")))
+    pin = {pin_field: draw(st.sampled_from(PIN_CHOICES[pin_field]))} if pin_field else {}
+    forbid = {"context_parallel": ("1",)} if draw(st.booleans()) and pin_field != "context_parallel" else {}
+    objective = draw(st.sampled_from(("throughput", "per-gpu", "min-gpus")))
+    space = SearchSpace(
+        gpus=(draw(st.sampled_from(("h100", "b200", "a100-80gb", "mi300x"))),),
+        max_gpus=draw(st.sampled_from((2, 4, 8, 16, 32))),
+        pin=pin,
+        forbid=forbid,
+        objective=objective,
+        min_tokens_per_s=draw(st.sampled_from((500.0, 5_000.0))) if objective == "min-gpus" else None,
+        workers=1,
+    )
+    return workload, space
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
+@given(long_context_requests())
+def test_cp_sat_equals_exhaustive_with_context_parallelism(request):
+    """issue 12 item 4: the context_parallel key field keeps CP-SAT exact against brute force."""
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    event("feasible" if exhaustive is not None else "infeasible")
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return
+    assert outcome.choice is not None
+    assert outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    event(f"chosen cp={int(problem.keys['context_parallel'][exhaustive.key])}")
+    plan = decode_choice(problem, exhaustive)
+    estimate = estimate_training(workload, plan)
+    memory = estimate.memory_dict()
+    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
+    assert memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_every_returned_plan_keeps_headroom_in_floating_point(request):
@@ -161,6 +217,22 @@ def test_more_gpus_never_lower_the_optimum(model, gpu, max_gpus, global_batch):
     assert larger <= smaller * (1 + 2e-6)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=20)
+@given(
+    st.sampled_from(LONG_CONTEXT_MODELS),
+    st.sampled_from(("h100", "b200")),
+    st.sampled_from((2, 4, 8, 16)),
+    st.sampled_from((16384, 32768)),
+)
+def test_more_gpus_never_lower_the_optimum_with_context_parallelism(model, gpu, max_gpus, seq_len):
+    """issue 12 item 4: with cp in the default domain, a larger GPU budget only adds layouts."""
+    workload = TrainingWorkload(model=model, seq_len=seq_len, global_batch=16)
+    smaller = _best_step_time(workload, SearchSpace(gpus=(gpu,), max_gpus=max_gpus, workers=1))
+    larger = _best_step_time(workload, SearchSpace(gpus=(gpu,), max_gpus=2 * max_gpus, workers=1))
+    assume(smaller is not None and larger is not None)
+    assert larger <= smaller * (1 + 2e-6)
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=40)
 @given(st.sampled_from(MODELS), st.sampled_from((("h100", "h200"), ("b200", "b200-192gb"))), st.sampled_from((1, 2, 4, 8)))
 def test_a_larger_gpu_never_lowers_the_optimum(model, pair, max_gpus):
@@ -196,3 +268,45 @@ def test_same_request_same_plan_with_1_and_8_workers_and_repeated_runs(workload,
         for workers in (1, 8, 1, 8)
     ]
     assert all(answer == answers[0] for answer in answers[1:])
+
+
+OPTIMIZER_FORMATS = ("adam", "adam8bit", "adafactor", "sgd")
+
+
+@st.composite
+def optimizer_requests(draw):
+    """Training requests that search optimizer-state formats (issue 12 item 5): --allow a
+    subset with adam, sometimes a pin of another field, every training kind."""
+    workload, space = draw(requests().filter(lambda request: isinstance(request[0], TrainingWorkload)))
+    extra = draw(st.lists(st.sampled_from(OPTIMIZER_FORMATS[1:]), min_size=1, max_size=3, unique=True))
+    allowed = tuple(name for name in OPTIMIZER_FORMATS if name == "adam" or name in extra)
+    pin = {field: value for field, value in space.pin.items() if field != "optimizer"}
+    forbid = {field: values for field, values in space.forbid.items() if field != "optimizer"}
+    return workload, SearchSpace(
+        gpus=space.gpus, max_gpus=space.max_gpus, pin=pin, forbid=forbid, allow={"optimizer": allowed},
+        objective=space.objective, min_tokens_per_s=space.min_tokens_per_s, workers=1,
+    )
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
+@given(optimizer_requests())
+def test_cp_sat_equals_exhaustive_with_optimizer_formats(request):
+    """issue 12 item 5: the optimizer state field keeps CP-SAT exact against brute force, and
+    the chosen plan keeps its headroom in floating point."""
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return
+    assert outcome.choice is not None
+    assert outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    plan = decode_choice(problem, exhaustive)
+    event(f"{workload.kind}: optimizer {plan.optimizer}")
+    memory = estimate_training(workload, plan).memory_dict()
+    assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]

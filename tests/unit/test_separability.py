@@ -1,14 +1,14 @@
 """The separability the CP-SAT encoding relies on (DESIGN.md section 3, "Encoding the
 objective exactly"), checked on ``evaluate_training`` with hypothesis.
 
-For a fixed key (gpu, gpus, tp, pp, dp, precision, micro_batch):
+For a fixed key (gpu, gpus, tp, cp, pp, dp, precision, micro_batch):
 
 - memory total = state part (weights + gradients + optimizer; depends only on zero_stage,
-  offload, grad_comm_precision) + activation part (activations; depends only on
+  offload, grad_comm_precision, optimizer) + activation part (activations; depends only on
   checkpointing, flash_attention, sequence_parallel, virtual_stages) + a constant
   (logits + reserve);
-- step time = state time (data_parallel_s + offload_s) + activation time (compute_s +
-  tensor_parallel_s).
+- step time = state time (data_parallel_s + offload_s + optimizer_step_s) + activation time (compute_s +
+  tensor_parallel_s + context_parallel_s).
 
 So the solver can pick a state row and an activation row from two tables per key and add
 them. Each example draws a key, two state choices A, B and two activation choices X, Y, and
@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, OFFLOAD_CPU, OFFLOAD_NONE, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
@@ -32,8 +33,8 @@ REL = 1e-12
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "gpt3-175b", "deepseek-v3")
 GPUS = ("b200", "h100", "a100-80gb")
 STATE_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
-STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s")
-ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "bubble_fraction")
+STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s", "optimizer_step_s")
+ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "bubble_fraction")
 CONSTANT_OUTPUTS = ("logits_bytes", "reserve_bytes", "micro_batches", "capacity_bytes")
 
 
@@ -47,8 +48,9 @@ def keys(draw):
     precision = draw(st.sampled_from([name for name in PRECISIONS if name in gpu.peak_flops_per_s]))
     micro_batch = draw(st.sampled_from((1, 2, 4)))
     accumulation = draw(st.sampled_from((1, 2, 8, 16)))
-    seq_len = draw(st.sampled_from((1024, 4096, 8192)))
-    return dict(model=model, gpu=gpu, tp=tp, pp=pp, dp=dp, precision=PRECISIONS.index(precision),
+    seq_len = draw(st.sampled_from((1024, 4096, 8192, 65536)))
+    cp = draw(st.sampled_from((1, 2, 4)))
+    return dict(model=model, gpu=gpu, tp=tp, cp=cp, pp=pp, dp=dp, precision=PRECISIONS.index(precision),
                 micro_batch=micro_batch, global_batch=dp * micro_batch * accumulation, seq_len=seq_len)
 
 
@@ -57,6 +59,7 @@ def states():
         zero_stage=st.sampled_from((0, 1, 2, 3)),
         offload=st.sampled_from((OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME)),
         grad_comm_precision=st.sampled_from([PRECISIONS.index(name) for name in ("fp32", "bf16", "fp8")]),
+        optimizer=st.sampled_from(range(len(OPTIMIZER_NAMES))),
     ))
 
 
@@ -79,7 +82,8 @@ def evaluate_combinations(key, combinations):
     rows = []
     for state, activation in combinations:
         rows.append(dict(
-            gpus=key["tp"] * key["pp"] * key["dp"], tensor_parallel=key["tp"], pipeline_parallel=key["pp"],
+            gpus=key["tp"] * key["cp"] * key["pp"] * key["dp"], tensor_parallel=key["tp"], context_parallel=key["cp"],
+            pipeline_parallel=key["pp"],
             data_parallel=key["dp"], precision=key["precision"], micro_batch=key["micro_batch"], **state, **activation,
         ))
     plans = PlanColumns(**{name: np.array([row[name] for row in rows], dtype=np.int64) for name in rows[0]})
@@ -112,8 +116,8 @@ def test_memory_and_step_time_split_into_state_and_activation_parts(data):
 
     state_bytes = sum(values[name] for name in STATE_PARTS)
     constant_bytes = values["logits_bytes"] + values["reserve_bytes"]
-    state_time = values["data_parallel_s"] + values["offload_s"]
-    activation_time = values["compute_s"] + values["tensor_parallel_s"]
+    state_time = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
+    activation_time = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
     for row in range(4):
         assert_close(values["total_bytes"][row], state_bytes[row] + values["activations_bytes"][row] + constant_bytes[row], "total_bytes")
         assert_close(values["step_time_s"][row], state_time[row] + activation_time[row], "step_time_s")
@@ -132,8 +136,8 @@ def test_the_sum_of_parts_recombines_across_rows(data):
     state_bytes = sum(values[name][ax] for name in STATE_PARTS)
     constant = values["logits_bytes"][ax] + values["reserve_bytes"][ax]
     assert_close(values["total_bytes"][ay], state_bytes + values["activations_bytes"][by] + constant, "total_bytes")
-    state_time = values["data_parallel_s"][ax] + values["offload_s"][ax]
-    activation_time = values["compute_s"][by] + values["tensor_parallel_s"][by]
+    state_time = values["data_parallel_s"][ax] + values["offload_s"][ax] + values["optimizer_step_s"][ax]
+    activation_time = values["compute_s"][by] + values["tensor_parallel_s"][by] + values["context_parallel_s"][by]
     assert_close(values["step_time_s"][ay], state_time + activation_time, "step_time_s")
 
 
@@ -141,6 +145,6 @@ def test_constraints_registry_agrees_on_the_split():
     # The constraint layer declares the same grouping (vramopt/constraints/registry.py).
     from vramopt.constraints import registry  # the project's own module: a failed import is a failure, not a skip
 
-    assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision"}
+    assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
-    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}
+    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}

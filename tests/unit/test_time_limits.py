@@ -231,23 +231,25 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     counts = [count for count in domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
               if count <= space.max_gpus]
     tensor, pipeline = domain("tensor_parallel", context, choices), domain("pipeline_parallel", context, choices)
+    # Context-parallel degrees that split the sequence into 2 x cp chunks of whole 128-token tiles.
+    context_degrees = [cp for cp in domain("context_parallel", context, choices) if workload.seq_len % (2 * cp * 128) == 0 or cp == 1]
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
     rows = []
-    for count, t, p in itertools.product(counts, tensor, pipeline):
-        if count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+    for count, t, cp, p in itertools.product(counts, tensor, context_degrees, pipeline):
+        if count % (t * cp * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
-        dp = count // (t * p)
+        dp = count // (t * cp * p)
         if (None not in data_parallel_allowed and dp not in data_parallel_allowed) or workload.global_batch % dp != 0:
             continue
         for precision in precisions:
             if gpu.supports(precision):
-                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b) for b in micro_batches
+                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp) for b in micro_batches
                          if (workload.global_batch // dp) % b == 0]
     return rows
 
@@ -285,6 +287,7 @@ spaces = st.fixed_dictionaries({
         "tensor_parallel": st.lists(values(["1", "2", "3", "4", "8", "16"]), min_size=1, max_size=3),
         "pipeline_parallel": st.lists(values(["1", "2", "3", "4", "5", "8", "80"]), min_size=1, max_size=3),
         "data_parallel": st.lists(values(["1", "2", "3", "4", "8", "16"]), min_size=1, max_size=3),
+        "context_parallel": st.lists(values(["1", "2", "4", "8", "3"]), min_size=1, max_size=3),
     }),
 })
 

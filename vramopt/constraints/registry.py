@@ -10,9 +10,11 @@ from vramopt.constraints import (
     attention,
     batching,
     checkpointing,
+    context_parallel,
     kv_cache,
     mig,
     offload,
+    optimizer_format,
     parallelism,
     precision,
     quantization,
@@ -21,13 +23,23 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, precision, batching, zero, offload, checkpointing, attention, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, precision, batching, zero, offload, optimizer_format, checkpointing, attention, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
-KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
-STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision")
+NOT_MIGRATED = (
+    "gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "virtual_stages",
+    "precision", "grad_comm_precision", "micro_batch", "zero_stage", "offload", "checkpointing",
+    "flash_attention", "quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding",
+)
+"""Techniques whose parts still live in the shared modules (costs/, cli.py, display.py, the
+exporters) rather than in a ``Contribution``; tests/unit/test_technique_completeness.py
+fails when a technique outside this list lacks any part, so a new technique cannot be
+registered half-done. Shrink it as techniques migrate."""
+
+KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
+STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")

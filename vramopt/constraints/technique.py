@@ -38,6 +38,9 @@ class DomainContext:
     supported_precisions: tuple[str, ...]
     kind: str = "train"
     """The workload ('train', 'finetune', 'lora', 'qlora', 'infer')."""
+    seq_len: int = 0
+    """Tokens per training sequence (0 when unknown: serving, or a check that needs no
+    sequence-dependent domain); context parallelism is searched only for long ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,10 @@ class Technique:
     """PlanColumns codes of the chosen row -> the plan value."""
     workloads: tuple[str, ...] = TRAINING_KINDS
     """The workloads whose plans have this field."""
+    contribution: Any = None
+    """Its validity rules, memory and time terms, contract field, display line, exports and
+    sources (``constraints/contribution.Contribution``); None for the techniques whose parts
+    still live in the shared modules (``registry.NOT_MIGRATED``)."""
 
     def preference(self, value: Any, domain: Sequence) -> int:
         """Fixed tie-break order: the position in the domain's declared order."""

@@ -9,7 +9,7 @@ layers; offload 0 none, 1 cpu (optimizer states), 2 nvme (all states).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -34,6 +34,10 @@ class PlanColumns:
     offload: np.ndarray
     flash_attention: np.ndarray
     micro_batch: np.ndarray
+    context_parallel: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))
+    """Ranks that split each sequence (ring attention, costs/context_parallel.py); 1 = none."""
+    optimizer: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """Optimizer-state format, an index of ``costs/optimizer_states.OPTIMIZER_NAMES``; 0 = adam."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":
@@ -44,3 +48,12 @@ class PlanColumns:
 
     def __len__(self) -> int:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.column_names()))[0])
+
+
+def sharding_group(columns: PlanColumns) -> np.ndarray:
+    """Ranks that reduce, and under ZeRO/FSDP shard, each gradient and model state: the
+    data-parallel ranks times the context-parallel ranks, which hold the same weights
+    (``ParallelLayout.sharding_group``)."""
+    from vramopt.parallel_layout import ParallelLayout
+
+    return ParallelLayout.from_columns(columns).sharding_group

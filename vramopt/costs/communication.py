@@ -84,11 +84,17 @@ def data_parallel_seconds_per_step(
     parameter (frozen ones in their own format)."""
     from vramopt.costs.memory import weight_bytes_per_parameter
 
-    dp = columns.data_parallel.astype(float)
+    # The context-parallel ranks reduce gradients with the data-parallel ones: a group of
+    # dp x cp ranks strided by tp, spanning tp x cp x dp GPUs (ParallelLayout 'sharding').
+    from vramopt.parallel_layout import ParallelLayout
+
+    layout = ParallelLayout.from_columns(columns)
+    group = layout.sharding_group
+    dp = np.asarray(group).astype(float)
     fraction = (dp - 1.0) / dp
     gradient_bytes = parameters_per_gpu * trainable_fraction * PRECISION_BYTES[columns.grad_comm_precision]
     weight_bytes = parameters_per_gpu * weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
-    bandwidth = group_bandwidth(gpu, columns.data_parallel, columns.tensor_parallel * columns.data_parallel)
+    bandwidth = group_bandwidth(gpu, group, layout.group_span("sharding"))
     replicated = 2.0 * fraction * gradient_bytes
     sharded = micro_batches * fraction * (2.0 * weight_bytes + gradient_bytes)
     volume = np.where(columns.zero_stage >= 3, sharded, replicated)

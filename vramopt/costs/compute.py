@@ -14,6 +14,7 @@ import numpy as np
 
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanColumns
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec
 
 ATTENTION_SLOWDOWN_WITHOUT_FLASH = 2.0
@@ -101,7 +102,8 @@ def micro_batch_compute_seconds(
     compute_overhead_fraction: float = 0.0,
 ) -> np.ndarray:
     """Forward + backward (+ recomputation) of one micro-batch on one GPU of one stage."""
-    tokens_per_gpu = seq_len * columns.micro_batch / (columns.tensor_parallel * columns.pipeline_parallel)
+    # Per GPU of a tp x pp replica; costs/training.py divides by cp (each cp rank runs s/cp tokens).
+    tokens_per_gpu = seq_len * columns.micro_batch / ParallelLayout.from_columns(columns).model_parallel
     recompute_linear, recompute_attention = recompute_flops_per_token(
         model, seq_len, columns.checkpoint_kind, columns.flash_attention
     )

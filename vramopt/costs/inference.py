@@ -24,6 +24,7 @@ import numpy as np
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 QUANTIZATIONS = ("bf16", "fp8", "int8", "int4", "fp4")
@@ -96,7 +97,9 @@ def serving_invalid_reasons(case: ServingCase, columns: ServingColumns) -> dict[
     return {
         "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
         "pipeline_parallel must divide the layers": model.layers % p != 0,
-        "tensor_parallel x pipeline_parallel must divide the GPU count": columns.gpus % (t * p) != 0,
+        "tensor_parallel x pipeline_parallel must divide the GPU count": ~ParallelLayout(
+            tensor_parallel=t, pipeline_parallel=p, data_parallel=1
+        ).divides(columns.gpus),
         "the GPU cannot run this quantization": ~needs,
         "a MIG instance serves one replica without tensor or pipeline parallelism": on_mig & ((t > 1) | (p > 1)),
         "the GPU has no MIG profiles": on_mig & (len(gpu.mig_profiles) == 0),
@@ -109,7 +112,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     model, gpu = case.model, case.gpu
     t = columns.tensor_parallel.astype(float)
     p = columns.pipeline_parallel.astype(float)
-    shards = t * p
+    shards = ParallelLayout(tensor_parallel=t, pipeline_parallel=p, data_parallel=1).replica_gpus
     slots = columns.slots.astype(float)
     on_mig = columns.mig_profile >= 0
 

@@ -1,7 +1,8 @@
 """Per-GPU training memory terms, in bytes (DESIGN.md section 3).
 
 Model states follow Rajbhandari et al. 2020 (ZeRO) section 5: weights and gradients at
-``bytes`` per parameter, Adam states at K per parameter, divided by the data-parallel
+``bytes`` per parameter, optimizer states at K per parameter (Adam 12; the optimizer-state
+format decides, costs/optimizer_states.py), divided by the data-parallel
 degree from stage 1 (optimizer), 2 (gradients) and 3 (weights). ZeRO-3 also holds the two
 largest layers' full parameters gathered for compute (the prefetch buffer). Offload moves
 optimizer states to host RAM (cpu) or every state to NVMe (nvme, ZeRO-Infinity,
@@ -19,8 +20,10 @@ from vramopt.costs.columns import (
     OFFLOAD_CPU,
     OFFLOAD_NVME,
     PlanColumns,
+    sharding_group,
 )
-from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_ADAM_BYTES, PRECISION_BYTES
+from vramopt.costs.optimizer_states import state_bytes_per_parameter
+from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_BYTES
 from vramopt.types import ModelSpec
 
 PREFETCH_LAYERS = 2
@@ -53,24 +56,24 @@ def model_state_bytes(
 ) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states per GPU (bytes).
 
-    Only the trainable fraction of the parameters has gradients and Adam states (all of
+    Only the trainable fraction of the parameters has gradients and optimizer states (all of
     them except under LoRA/QLoRA, where the frozen base has neither).
     """
     params = parameters_per_gpu(model, columns)
     trainable = params * trainable_fraction
-    dp = columns.data_parallel.astype(float)
+    dp = sharding_group(columns).astype(float)  # context-parallel ranks shard with dp
     zero = columns.zero_stage
     offload = columns.offload
     bytes_per_weight = PRECISION_BYTES[columns.precision]
     stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
-    adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
+    optimizer_bytes_per_param = state_bytes_per_parameter(model, columns)  # the optimizer format's K
     working_layers = PREFETCH_LAYERS * model.parameters.largest_layer / columns.tensor_parallel
 
     weights = params * stored_bytes / np.where(zero >= 3, dp, 1.0)
     # The gathered layers exist only when there is something to gather (dp > 1).
     weights = weights + np.where((zero >= 3) & (dp > 1), working_layers * stored_bytes, 0.0)
     gradients = trainable * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
-    optimizer = trainable * adam_bytes / np.where(zero >= 1, dp, 1.0)
+    optimizer = trainable * optimizer_bytes_per_param / np.where(zero >= 1, dp, 1.0)
 
     on_nvme = offload == OFFLOAD_NVME
     weights = np.where(on_nvme, working_layers * stored_bytes, weights)
@@ -83,12 +86,12 @@ def offloaded_bytes_per_gpu(
     model: ModelSpec, columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None
 ) -> dict[str, np.ndarray]:
     """Bytes each GPU parks in host RAM (cpu offload) and on NVMe (nvme offload)."""
-    shard = parameters_per_gpu(model, columns) / columns.data_parallel
+    shard = parameters_per_gpu(model, columns) / sharding_group(columns)
     bytes_per_weight = PRECISION_BYTES[columns.precision]
     stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
-    adam_bytes = PRECISION_ADAM_BYTES[columns.precision]
-    host = np.where(columns.offload == OFFLOAD_CPU, shard * trainable_fraction * adam_bytes, 0.0)
-    nvme_per_param = stored_bytes + trainable_fraction * (bytes_per_weight + adam_bytes)
+    optimizer_bytes_per_param = state_bytes_per_parameter(model, columns)
+    host = np.where(columns.offload == OFFLOAD_CPU, shard * trainable_fraction * optimizer_bytes_per_param, 0.0)
+    nvme_per_param = stored_bytes + trainable_fraction * (bytes_per_weight + optimizer_bytes_per_param)
     nvme = np.where(columns.offload == OFFLOAD_NVME, shard * nvme_per_param, 0.0)
     return {"host_bytes_per_gpu": host, "nvme_bytes_per_gpu": nvme}
 

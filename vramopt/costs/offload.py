@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns, sharding_group
 from vramopt.costs.precision import PRECISION_ADAM_BYTES, PRECISION_BYTES
 from vramopt.types import GpuSpec
 
@@ -30,7 +30,7 @@ def offload_seconds_per_step(
 ) -> np.ndarray:
     from vramopt.costs.memory import weight_bytes_per_parameter
 
-    shard = parameters_per_gpu / columns.data_parallel
+    shard = parameters_per_gpu / sharding_group(columns)
     trainable = shard * trainable_fraction
     gpus_per_node = np.minimum(columns.gpus, gpu.node.gpus_per_node)
     bytes_per_weight = PRECISION_BYTES[columns.precision]
@@ -51,3 +51,19 @@ def offload_seconds_per_step(
         cpu_transfer + adam_seconds,
         np.where(columns.offload == OFFLOAD_NVME, nvme_transfer + adam_seconds, 0.0),
     )
+
+
+OFFLOAD_RULES = (
+    (OFFLOAD_CPU, 1, "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)"),
+    (OFFLOAD_NVME, 3, "offload=nvme needs zero_stage 3 (ZeRO-Infinity)"),
+)
+"""The offload/ZeRO compatibility rules, written once: (offload code, lowest ZeRO stage,
+message). DeepSpeed offloads optimizer states only under ZeRO (ZeRO-Offload, Ren et al.
+2021) and parameters only under ZeRO-3 (ZeRO-Infinity, Rajbhandari et al. 2021). The cost
+model's validity masks, the DeepSpeed exporter's input check and the infeasibility
+explanation read them from here."""
+
+
+def offload_invalid_reasons(offload, zero_stage) -> dict[str, np.ndarray]:
+    """Masks (or booleans, for one plan) of offload choices the ZeRO stage does not allow."""
+    return {message: (np.asarray(offload) == code) & (np.asarray(zero_stage) < lowest) for code, lowest, message in OFFLOAD_RULES}

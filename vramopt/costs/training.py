@@ -18,8 +18,9 @@ import numpy as np
 
 from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import CHECKPOINT_EVERY, OFFLOAD_CPU, OFFLOAD_NVME, PlanColumns
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
+from vramopt.costs.context_parallel import context_parallel_invalid_reasons, ring_seconds_per_micro_batch
 from vramopt.costs.compute import (
     hardware_flops_per_token,
     micro_batch_compute_seconds,
@@ -33,7 +34,10 @@ from vramopt.costs.memory import (
     offloaded_bytes_per_gpu,
     parameters_per_gpu,
 )
-from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.costs.offload import offload_invalid_reasons, offload_seconds_per_step
+from vramopt.costs.optimizer_states import optimizer_invalid_reasons, optimizer_step_seconds
+from vramopt.costs.precision import PRECISION_BYTES
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "reserve_bytes")
@@ -60,7 +64,7 @@ class TrainingCase:
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
-    return case.global_batch / (columns.data_parallel * columns.micro_batch)
+    return ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
 
 
 def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -70,22 +74,22 @@ def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray
 def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
     """Masks of plans that are not well formed, keyed by a readable reason."""
     model = case.model
-    t, p, dp, v = columns.tensor_parallel, columns.pipeline_parallel, columns.data_parallel, columns.virtual_stages
-    micro_batches = case.global_batch / (dp * columns.micro_batch)
-    kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
+    t, p, v = columns.tensor_parallel, columns.pipeline_parallel, columns.virtual_stages
+    layout = ParallelLayout.from_columns(columns)
+    micro_batches = layout.micro_batches(case.global_batch, columns.micro_batch)
     return {
-        "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
-        "pipeline_parallel must divide the layers": model.layers % p != 0,
-        "tensor_parallel x pipeline_parallel x data_parallel must equal the GPU count": t * p * dp != columns.gpus,
-        "global_batch must be a multiple of micro_batch x data_parallel": np.abs(micro_batches - np.round(micro_batches)) > 1e-9,
+        # heads, layers, gpus = tp x cp x pp x dp, global batch, expert groups (parallel_layout.py)
+        **layout.invalid_reasons(gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
+                                 global_batch=case.global_batch, micro_batch=columns.micro_batch),
         "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
         & ((p == 1) | ((model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
         "sequence_parallel needs tensor_parallel > 1": (columns.sequence_parallel == 1) & (t == 1),
         "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
         & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > model.layers // p)),
-        "offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload)": (columns.offload == OFFLOAD_CPU) & (columns.zero_stage < 1),
-        "offload=nvme needs zero_stage 3 (ZeRO-Infinity)": (columns.offload == OFFLOAD_NVME) & (columns.zero_stage < 3),
+        **offload_invalid_reasons(columns.offload, columns.zero_stage),
         "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
+        **context_parallel_invalid_reasons(case.seq_len, columns),
+        **optimizer_invalid_reasons(case.trainable_fraction, columns),
     }
 
 
@@ -93,8 +97,11 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
     micro_batches = micro_batches_per_step(case, columns)
     memory = model_state_bytes(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
-    memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, seq_len, micro_batches)
-    memory["logits_bytes"] = logits_bytes(model, columns, seq_len)
+    # Context parallelism: each rank keeps s/cp tokens of every activation and of the logits
+    # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
+    rank_tokens = seq_len / columns.context_parallel
+    memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
+    memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)
@@ -108,19 +115,29 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     fits_nvme = nvme_per_node <= gpu.node.nvme_capacity_bytes * coefficient("nvme_usable_fraction")
 
     params_gpu = parameters_per_gpu(model, columns)
+    # GEMMs and (load-balanced) attention split over the cp ranks, as do the tp collectives'
+    # s*b*h messages; the ring's exposed KV transfers come on top (costs/context_parallel.py).
     compute_per_micro_batch = micro_batch_compute_seconds(
         model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
-    )
-    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
+    ) / columns.context_parallel
+    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
+    ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
     slots = micro_batches + (columns.pipeline_parallel - 1.0) / columns.virtual_stages
-    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch) * slots
+    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"]) * slots
     data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
     offload_seconds = offload_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
-    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds
+    # The optimizer-state format's step time beyond Adam's, on this GPU's ZeRO shard.
+    optimizer_shard = params_gpu * case.trainable_fraction / ParallelLayout.from_columns(columns).optimizer_zero_shards(
+        columns.zero_stage
+    )
+    optimizer_step_seconds_value = optimizer_step_seconds(
+        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision]
+    )
+    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 
     tokens_per_step = float(case.global_batch * seq_len)
     peak = peak_flops_per_s(gpu, columns.precision)
@@ -148,8 +165,11 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         compute_s=compute_per_micro_batch * slots,
         bubble_fraction=(columns.pipeline_parallel - 1.0) / columns.virtual_stages / slots,
         tensor_parallel_s=tensor_parallel_per_micro_batch * slots,
+        context_parallel_s=ring["ring_exposed_s"] * slots,
+        context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
         data_parallel_s=data_parallel_seconds,
         offload_s=offload_seconds,
+        optimizer_step_s=optimizer_step_seconds_value,
         step_time_s=step_time,
         tokens_per_s=tokens_per_s,
         mfu=mfu,

@@ -19,9 +19,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
+from vramopt.constraints.context_parallel import CONTEXT_PARALLEL
+from vramopt.constraints.optimizer_format import OPTIMIZER
+from vramopt.costs.columns import CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, OFFLOAD_NAMES
+from vramopt.costs.offload import OFFLOAD_RULES
+from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.errors import InputError
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.plan import parse_checkpointing
 from vramopt.types import PRECISIONS
 
@@ -95,6 +100,8 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     workload, plan, model = response_parts(response, "deepspeed_config", TRAINING_WORKLOADS)
     gpus = positive_integer(plan, "gpus")
     tensor_parallel = positive_integer(plan, "tensor_parallel")
+    # Responses written before context parallelism existed have no such key: cp = 1.
+    context_parallel = positive_integer(plan, "context_parallel") if "context_parallel" in plan else 1
     pipeline_parallel = positive_integer(plan, "pipeline_parallel")
     data_parallel = positive_integer(plan, "data_parallel")
     virtual_stages = positive_integer(plan, "virtual_stages")
@@ -117,20 +124,24 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise InputError(f"model.layers must be a positive integer, got {layers!r}")
 
-    if tensor_parallel * pipeline_parallel * data_parallel != gpus:
+    layout = ParallelLayout(tensor_parallel=tensor_parallel, context_parallel=context_parallel,
+                            pipeline_parallel=pipeline_parallel, data_parallel=data_parallel)
+    if not layout.matches(gpus):
         raise InputError(
-            f"plan.gpus {gpus} is not tensor_parallel x pipeline_parallel x data_parallel = "
+            f"plan.gpus {gpus} is not tensor_parallel x context_parallel x pipeline_parallel x data_parallel = "
+            f"{tensor_parallel} x {context_parallel} x {pipeline_parallel} x {data_parallel}"
+            if context_parallel > 1
+            else f"plan.gpus {gpus} is not tensor_parallel x pipeline_parallel x data_parallel = "
             f"{tensor_parallel} x {pipeline_parallel} x {data_parallel}"
         )
-    if micro_batch * accumulation * data_parallel != global_batch:
+    if layout.sequences_per_micro_step(micro_batch) * accumulation != global_batch:
         raise InputError(
             f"plan.global_batch {global_batch} is not micro_batch x grad_accumulation x data_parallel = "
             f"{micro_batch} x {accumulation} x {data_parallel}, which DeepSpeed requires of train_batch_size"
         )
-    if offload == "cpu" and zero_stage < 1:
-        raise InputError("plan.offload 'cpu' needs zero_stage >= 1 (DeepSpeed offloads optimizer states only under ZeRO)")
-    if offload == "nvme" and zero_stage < 3:
-        raise InputError("plan.offload 'nvme' needs zero_stage 3 (DeepSpeed offloads parameters to NVMe only under ZeRO-3)")
+    for code, lowest, message in OFFLOAD_RULES:  # the rules' one home: costs/offload.py
+        if offload == OFFLOAD_NAMES[code] and zero_stage < lowest:
+            raise InputError(f"plan.{message}")
 
     notes: list[str] = fit_notes(response)
     content: dict[str, Any] = {
@@ -162,15 +173,14 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         content["activation_checkpointing"] = checkpoint_section
 
     _parallelism_notes(tensor_parallel, pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, zero_stage, notes)
+    notes.extend(CONTEXT_PARALLEL.contribution.exports["deepspeed"].apply({**plan, "context_parallel": context_parallel}, content))
     notes.append(_flash_attention_note(flash_attention))
     notes.append(
         f"sequence length {seq_len} tokens: set in the data pipeline and the model, not in the DeepSpeed config"
     )
     notes.append(_launch_note(plan["gpu"], gpus, plan.get("nodes")))
-    notes.append(
-        "optimizer: the plan's memory assumes Adam/AdamW (fp32 master weights, momentum and variance, "
-        "12 bytes per parameter); configure it in the config's 'optimizer' section or in code"
-    )
+    optimizer = one_of(plan, "optimizer", OPTIMIZER_NAMES) if "optimizer" in plan else "adam"  # older responses: adam
+    notes.extend(OPTIMIZER.contribution.exports["deepspeed"].apply({**plan, "optimizer": optimizer}, content))
     if workload in ("lora", "qlora"):
         notes.append(_lora_note(workload, response.get("lora")))
     return ExportResult(content=content, notes=tuple(notes))
@@ -295,7 +305,8 @@ def _parallelism_notes(
     tensor_parallel: int, pipeline_parallel: int, data_parallel: int, sequence_parallel: bool,
     virtual_stages: int, zero_stage: int, notes: list[str],
 ) -> None:
-    model_parallel = tensor_parallel * pipeline_parallel
+    layout = ParallelLayout(tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=data_parallel)
+    model_parallel = layout.model_parallel
     if tensor_parallel > 1:
         notes.append(
             f"tensor parallel {tensor_parallel}: not in this config; use Megatron-DeepSpeed "
@@ -326,7 +337,7 @@ def _parallelism_notes(
     if model_parallel > 1:
         notes.append(
             f"data parallel {data_parallel}: DeepSpeed takes the data-parallel world size from the model-parallel "
-            f"groups (the mpu or PipelineModule); without them it counts all {model_parallel * data_parallel} GPUs "
+            f"groups (the mpu or PipelineModule); without them it counts all {layout.world_size} GPUs "
             "and train_batch_size no longer matches"
         )
 

@@ -25,6 +25,7 @@ from typing import Any
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase
 from vramopt.errors import InputError
 from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
+from vramopt.parallel_layout import ParallelLayout
 
 QUANTIZATION_METHODS: dict[str, str | None] = {
     "bf16": None,
@@ -213,7 +214,7 @@ def _deployment_notes(
             "behind a load balancer"
         )
         return notes
-    shards = tensor_parallel * pipeline_parallel
+    shards = ParallelLayout(tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=1).replica_gpus
     if replicas > 1:
         notes.append(
             f"replicas {replicas}: data_parallel_size {replicas} runs {replicas} engines of {shards} GPU{'s' if shards > 1 else ''} "

@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vramopt.constraints import registry
 from vramopt.constraints.mig import NO_MIG
-from vramopt.constraints.parallelism import divisors, gpu_counts
+from vramopt.constraints.parallelism import divisors, gpu_counts, powers_of_two_up_to
 from vramopt.constraints.precision import PREFERENCE
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import CHECKPOINT_EVERY
+from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS, whole_tile_chunks
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATION_NEEDS, QUANTIZATIONS
 from vramopt.errors import InfeasibleError, InputError
 from vramopt.plan import parse_checkpointing
@@ -183,11 +184,11 @@ def _more_gpus_fix(wanted: Callable[[list], list]) -> Callable[[list], list]:
     return fixes
 
 
-def _context(model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int, kind: str) -> DomainContext:
+def _context(model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int, kind: str, seq_len: int = 0) -> DomainContext:
     return DomainContext(
         layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=global_batch,
         allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
-        supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind=kind,
+        supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind=kind, seq_len=seq_len,
     )
 
 
@@ -246,8 +247,21 @@ def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, s
     return tensor, pipeline, most
 
 
-def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int) -> None:
+def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int, seq_len: int = 0) -> None:
     tensor, pipeline, most = _layout(chain, model, gpu, space, serving=False)
+
+    def context_reason(degree: int) -> str | None:
+        if not whole_tile_chunks(seq_len, degree):
+            return (f"not a split of seq_len {seq_len:,} into 2 x context_parallel chunks of whole "
+                    f"{ATTENTION_TILE_TOKENS}-token attention tiles")
+        if degree > most:
+            return f"more than the {most} GPUs a plan may use"
+        return None
+
+    def context_universe() -> list[int]:
+        return [degree for degree in powers_of_two_up_to(most) if whole_tile_chunks(seq_len, degree)]
+
+    chain.keep("context_parallel", context_reason, universe=context_universe)
 
     def data_parallel_reason(degree: int) -> str | None:
         if global_batch % degree != 0:
@@ -272,10 +286,12 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
     zero_stages = chain.keep("zero_stage")
 
     def offload_reason(name: str) -> str | None:
-        if name == "cpu" and not any(stage >= 1 for stage in zero_stages):
-            return f"not valid: offload=cpu needs zero_stage >= 1 (DeepSpeed ZeRO-Offload), and zero_stage can only be {_listing(zero_stages)}"
-        if name == "nvme" and 3 not in zero_stages:
-            return f"not valid: offload=nvme needs zero_stage 3 (ZeRO-Infinity), and zero_stage can only be {_listing(zero_stages)}"
+        from vramopt.costs.columns import OFFLOAD_NAMES
+        from vramopt.costs.offload import OFFLOAD_RULES
+
+        for code, lowest, message in OFFLOAD_RULES:  # the rules' one home: costs/offload.py
+            if name == OFFLOAD_NAMES[code] and not any(stage >= lowest for stage in zero_stages):
+                return f"not valid: {message}, and zero_stage can only be {_listing(zero_stages)}"
         return None
 
     chain.keep("offload", offload_reason, universe=lambda: ("none", "cpu", "nvme"))
@@ -353,12 +369,13 @@ def find_empty_domain(model: ModelSpec, workload, space: SearchSpace, choices, g
     found = []
     for gpu in gpus:
         global_batch = 1 if serving else workload.global_batch
-        chain = _Chain(space, choices, _context(model, gpu, space, global_batch, workload.kind))
+        seq_len = 0 if serving else workload.seq_len
+        chain = _Chain(space, choices, _context(model, gpu, space, global_batch, workload.kind, seq_len))
         try:
             if serving:
                 _serving_chain(chain, model, gpu, space)
             else:
-                _training_chain(chain, model, gpu, space, global_batch)
+                _training_chain(chain, model, gpu, space, global_batch, seq_len)
         except _Stop as stop:
             found.append(stop.empty)
             continue

@@ -86,7 +86,9 @@ def _summary(problem: Problem, choice: Choice | None) -> str:
             f"{plan.kv_cache_dtype} KV, {plan.slots} slots{mig}"
         )
     return (
-        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, zero={plan.zero_stage}, "
+        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} "
+        + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
+        + f"pp={plan.pipeline_parallel}, zero={plan.zero_stage}, "
         f"{plan.precision}, offload={plan.offload}, checkpointing={plan.checkpointing}"
     )
 
@@ -257,7 +259,7 @@ def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanati
         reason = (
             "no serving plan meets the requirements: every choice breaks the latency bound, the minimum slots, or a rule of the GPU"
             if problem.kind == "infer"
-            else "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO) or every activation choice is excluded"
+            else "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO and Adam, Adafactor on LoRA adapters) or every activation choice is excluded"
         )
         return Explanation(reason, "host_or_nvme_capacity", None, None, relaxations)
     gpu = problem.gpu_of(leanest.key)

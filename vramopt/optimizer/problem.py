@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,152 +24,50 @@ from vramopt.constraints.parallelism import divisors, gpu_counts
 from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
-from vramopt.costs.inference import QUANTIZATIONS
-from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
+from vramopt.costs.context_parallel import whole_tile_chunks
+from vramopt.costs.training import evaluate_training, invalid_reasons
 from vramopt.errors import InputError
-from vramopt.estimate import check_headroom, training_case
-from vramopt.hardware import load_gpu
+from vramopt.estimate import training_case
 from vramopt.models import load_model
 from vramopt.optimizer.domains import check_workload_fields, domain, grad_comm_domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
-from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
+from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
+from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names callers import from here)
+    KEY_COLUMNS,
+    MAX_BOUND_TICKS,
+    MAX_TABLE_ROWS,
+    MAX_WORKERS,
+    TICKS_PER_BEST_STEP,
+    ItemTable,
+    Problem,
+    bound_in_ticks,
+    check_space,
+    check_table_size,
+    gpu_types,
+)
+from vramopt.parallel_layout import ParallelLayout
+from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
-TICKS_PER_BEST_STEP = 1_000_000
-"""Time resolution: one tick is a millionth of the fastest conceivable step of the space,
-so rounding changes the objective by at most ~1e-6 relative (documented integer scaling)."""
-
-MAX_TABLE_ROWS = 4_000_000
-"""Largest key x item table built (about 1-2 GB of numpy temporaries at most): a bigger
-space is refused with a clear message instead of exhausting memory."""
-
-
-def check_table_size(keys: int, items: int, what: str) -> None:
-    if keys * items > MAX_TABLE_ROWS:
-        raise InputError(
-            f"the {what} search space has {keys:,} layouts x {items:,} technique combinations = {keys * items:,} rows, "
-            f"more than the {MAX_TABLE_ROWS:,} vramopt evaluates; narrow it with --max-gpus, --pin or --allow"
-        )
-
-
-MAX_WORKERS = 64
-"""Most CP-SAT worker threads a request may ask for (the CLI's --workers range)."""
-
-MAX_BOUND_TICKS = 2**62
-"""min-gpus: a step-time bound above this many ticks constrains nothing (a tiny
---min-tokens-per-s); it is capped here so that it stays an int64 for CP-SAT."""
-
-
-def bound_in_ticks(bound_s: float, tick_s: float) -> int:
-    """The min-gpus step-time bound in whole ticks (rounded down: never looser than asked)."""
-    ticks = bound_s / tick_s
-    return MAX_BOUND_TICKS if not math.isfinite(ticks) or ticks >= MAX_BOUND_TICKS else int(math.floor(ticks))
-
-
-KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
-STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision")
+STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
 
-NEUTRAL_STATE = {"zero_stage": 0, "offload": 0}
+NEUTRAL_STATE = {"zero_stage": 0, "offload": 0, "optimizer": 0}
 NEUTRAL_ACTIVATION = {"checkpoint_kind": 0, "checkpoint_every": 0, "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1}
 
 
-@dataclass(frozen=True, slots=True)
-class ItemTable:
-    """One group's items (state or activation) against every key."""
-
-    values: tuple[dict[str, Any], ...]
-    """Plan-field values of each item, in the fixed tie-break order."""
-    valid: np.ndarray
-    """[keys, items] bool: the item is well formed for the key (and fits host/NVMe)."""
-    memory_mib: np.ndarray
-    time_ticks: np.ndarray
-    memory_bytes: np.ndarray
-    time_s: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    workload: TrainingWorkload
-    space: SearchSpace
-    model: ModelSpec
-    gpus: tuple[GpuSpec, ...]
-    keys: dict[str, np.ndarray]
-    """Key columns (KEY_COLUMNS) plus 'gpu_index', each an array over keys in tie-break order."""
-    constant_bytes: np.ndarray
-    budget_mib: np.ndarray
-    """Per key: floor(capacity*(1-headroom)) - ceil(logits + reserve), in MiB."""
-    capacity_bytes: np.ndarray
-    """Per key: the memory of one GPU (or of one MIG instance when serving on MIG)."""
-    state: ItemTable
-    activation: ItemTable
-    tick_s: float
-    bound_ticks: int | None
-    """min-gpus objective: the step-time bound in ticks that reaches min_tokens_per_s."""
-    choices: dict = field(repr=False)
-    kind: str = "train"
-    """'train' (any training kind) or 'infer'."""
-
-    @property
-    def key_count(self) -> int:
-        return len(self.budget_mib)
-
-    def gpu_of(self, key: int) -> GpuSpec:
-        return self.gpus[int(self.keys["gpu_index"][key])]
-
-    def key_values(self, key: int) -> dict[str, Any]:
-        gpu = self.gpu_of(key)
-        if self.kind == "infer":
-            mig = int(self.keys["mig_profile"][key])
-            return {
-                "gpus": int(self.keys["gpus"][key]),
-                "tensor_parallel": int(self.keys["tensor_parallel"][key]),
-                "pipeline_parallel": int(self.keys["pipeline_parallel"][key]),
-                "quantization": QUANTIZATIONS[int(self.keys["quantization"][key])],
-                "mig_profile": gpu.mig_profiles[mig].name if mig >= 0 else "none",
-                "gpu": gpu.name,
-            }
-        values = {name: int(self.keys[name][key]) for name in KEY_COLUMNS}
-        values["precision"] = PRECISIONS[values["precision"]]
-        values["gpu"] = gpu.name
-        return values
-
-
-def check_space(space: SearchSpace, workload) -> None:
-    check_headroom(workload.headroom_fraction)
-    sizes = [("max_gpus", space.max_gpus), ("workers", space.workers)]
-    if isinstance(workload, TrainingWorkload):
-        sizes += [("seq_len", workload.seq_len), ("global_batch", workload.global_batch)]
-    for name, value in sizes:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-            raise InputError(f"{name} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
-    if space.workers > MAX_WORKERS:
-        raise InputError(f"workers {space.workers} is above the supported {MAX_WORKERS}")
-    if space.max_gpus > 1_048_576:
-        raise InputError(f"max_gpus {space.max_gpus} is above the supported 1,048,576")
-    if not (isinstance(space.time_limit_s, (int, float)) and math.isfinite(space.time_limit_s) and 0 < space.time_limit_s <= 3600):
-        raise InputError(f"time limit must be a number of seconds in (0, 3600], got {space.time_limit_s!r}")
-    if space.workers > 64:
-        raise InputError(f"workers must be at most 64, got {space.workers}")
-    if space.objective not in OBJECTIVES:
-        raise InputError(f"objective '{space.objective}' is not one of {', '.join(OBJECTIVES)}")
-    if space.objective == "min-gpus":
-        if space.min_tokens_per_s is None or not math.isfinite(space.min_tokens_per_s) or space.min_tokens_per_s <= 0:
-            raise InputError("objective min-gpus needs --min-tokens-per-s, a positive number")
-    elif space.min_tokens_per_s is not None:
-        raise InputError("--min-tokens-per-s is only used with --objective min-gpus")
-    if not space.gpus:
-        raise InputError("at least one GPU type is needed (--gpu)")
-
-
 def build_problem(workload, space: SearchSpace) -> Problem:
-    """The problem of a training or a serving workload (``ServingWorkload``)."""
+    """The problem of a training or a serving workload (``ServingWorkload``): one of the two
+    reductions, ``build_training_problem`` or ``serving_problem.build_serving_problem``."""
     check_workload_fields(workload.kind, space)
     if not isinstance(workload, TrainingWorkload):
-        from vramopt.optimizer.serving_problem import build_serving_problem
-
         _raise_on_empty_serving_domain(workload, space)
         return build_serving_problem(workload, space)
+    return build_training_problem(workload, space)
+
+
+def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
+    """Keys, state and activation tables of a training workload (fields already checked)."""
     check_space(space, workload)
     model = load_model(workload.model)
     if workload.seq_len > model.max_context:
@@ -191,6 +88,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
             allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)),
             kind=workload.kind,
+            seq_len=workload.seq_len,
         )
         contexts.append(context)
         key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
@@ -232,7 +130,6 @@ def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
     """The serving builder's own input checks, in its order, then the empty-domain check
     (so a malformed request keeps its error, and an emptied field is named)."""
     from vramopt.estimate import serving_case
-    from vramopt.optimizer.serving_problem import check_serving_workload
 
     check_space(space, workload)
     check_serving_workload(workload)
@@ -242,50 +139,26 @@ def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
     raise_on_empty_domain(model, workload, space, choices, gpus)
 
 
-def gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
-    """The GPU types searched: the space's list, narrowed by allow/pin/forbid on 'gpu'.
-
-    A GPU named in allow or pin but not in the space's list is an error, not a silent
-    widening (the CLI fills --gpu from --allow/--pin gpu when --gpu is not given)."""
-    searched: list[GpuSpec] = []
-    for name in space.gpus:
-        gpu = load_gpu(name)
-        if gpu not in searched:
-            searched.append(gpu)
-    for kind in ("allow", "pin"):
-        if "gpu" in choices[kind]:
-            wanted = {load_gpu(name).name for name in choices[kind]["gpu"]}
-            outside = sorted(wanted - {gpu.name for gpu in searched})
-            if outside:
-                raise InputError(
-                    f"--{kind} gpu={','.join(outside)} names a GPU type outside the searched ones "
-                    f"({', '.join(gpu.name for gpu in searched)}); add it with --gpu"
-                )
-            searched = [gpu for gpu in searched if gpu.name in wanted]
-    forbidden = {load_gpu(name).name for name in choices["forbid"].get("gpu", ())}
-    resolved = [gpu for gpu in searched if gpu.name not in forbidden]
-    if not resolved:
-        raise InputError("no GPU type left after --forbid gpu=...")
-    return tuple(resolved)
-
-
 def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> list[tuple]:
     counts = domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
     counts = [count for count in counts if count <= space.max_gpus]
     tensor = domain("tensor_parallel", context, choices)
+    context_degrees = [cp for cp in domain("context_parallel", context, choices) if whole_tile_chunks(workload.seq_len, cp)]
     pipeline = domain("pipeline_parallel", context, choices)
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
-    # A layout is gpus = tp x pp x dp with dp dividing the global batch: enumerate those
+    # A layout is gpus = tp x cp x pp x dp with dp dividing the global batch: enumerate those
     # products (not every count x tp x pp, which is minutes for a million-GPU space), then
-    # put them back in the fixed order (count, then tp, then pp, in their domains' order).
+    # put them back in the fixed order (count, then tp, cp, pp, in their domains' order).
     position = {count: index for index, count in enumerate(counts)}
     data_parallel_forbidden = choices["forbid"].get("data_parallel", ())
     data_parallel = [dp for dp in divisors(workload.global_batch)
                      if (None in data_parallel_allowed or dp in data_parallel_allowed) and dp not in data_parallel_forbidden]
     layouts = []
-    for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
+    for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
+        enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
+    ):
         if model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
@@ -293,17 +166,18 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
         for dp in data_parallel:
-            if t * p * dp in position:
-                layouts.append((position[t * p * dp], t_index, p_index, t * p * dp, t, p, dp))
+            count = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).world_size
+            if count in position:
+                layouts.append((position[count], t_index, c_index, p_index, count, t, cp, p, dp))
     layouts.sort()
     rows = []
-    for _, _, _, count, t, p, dp in layouts:
+    for _, _, _, _, count, t, cp, p, dp in layouts:
         for precision in precisions:
             if not gpu.supports(precision):
                 continue
             for b in micro_batches:
                 if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b))
+                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp))
     return rows
 
 
@@ -330,9 +204,10 @@ def _union(domains) -> tuple[dict[str, Any], ...]:
 
 def _state_items(context, choices) -> tuple[dict[str, Any], ...]:
     return tuple(
-        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad}
-        for zero, offload, grad in itertools.product(
-            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices)
+        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad, "optimizer": optimizer}
+        for zero, offload, grad, optimizer in itertools.product(
+            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices),
+            domain("optimizer", context, choices),
         )
     )
 
@@ -401,11 +276,11 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
         values = evaluate_training(case, columns)
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
-            seconds[rows] = values["data_parallel_s"] + values["offload_s"]
+            seconds[rows] = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
-            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"]
+            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
             ok = np.ones(rows.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])
@@ -452,4 +327,6 @@ def _no_layout_message(model, workload, space, choices) -> str:
         f"max_gpus={space.max_gpus}, global_batch={workload.global_batch} sequences"
         + (f", choices {pins}" if pins else "")
         + "; tp must divide the heads, pp the layers, and dp the global batch"
+        + (f", and cp split seq_len {workload.seq_len} into 2 x cp chunks of whole 128-token tiles"
+           if "context_parallel" in choices["pin"] or "context_parallel" in choices["allow"] else "")
     )

@@ -17,7 +17,7 @@ from vramopt.optimizer.problem import Problem, ItemTable
 
 RUNNER_UP_FIELDS = {
     "train": (
-        "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "pipeline_parallel",
+        "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "context_parallel", "pipeline_parallel",
         "gpus", "micro_batch", "flash_attention", "gpu",
     ),
     "infer": (

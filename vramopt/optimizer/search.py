@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
+from vramopt.constraints.optimizer_format import optimizer_gain
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.input_files import check_fields
@@ -98,10 +99,11 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate)
+    gain = None if isinstance(workload, ServingWorkload) else optimizer_gain(workload, estimate)
     check_cancelled()
     return SolveResult(
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
-        workload_kind=workload.kind,
+        workload_kind=workload.kind, optimizer_gain=gain,
     )
 
 

@@ -28,7 +28,8 @@ from vramopt.estimate import check_serving_workload, mig_profile_code, serving_c
 
 __all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
-from vramopt.optimizer.problem import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
+from vramopt.optimizer.tables import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
@@ -176,7 +177,7 @@ def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, l
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
-        positions = np.flatnonzero(count_array % (t * p) == 0)
+        positions = np.flatnonzero(ParallelLayout(tensor_parallel=t, pipeline_parallel=p, data_parallel=1).divides(count_array))
         if positions.size == 0:
             continue
         for (q_index, quantization), (m_index, mig) in itertools.product(enumerate(quantizations), enumerate(mig_codes)):

@@ -1,0 +1,117 @@
+"""Every registered technique is complete: domain, validity, memory and time terms, contract
+field, display, export mapping (or an explicit not-exported note) and sources (issue 12
+item 2). A technique registered without a ``Contribution`` must be one of
+``registry.NOT_MIGRATED``; one with a ``Contribution`` must have every part."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vramopt.constraints import registry
+from vramopt.constraints.contribution import EXPORTERS, Contribution, ContractField, Export, missing_parts
+from vramopt.constraints.technique import Technique, parse_choice
+from vramopt.costs.columns import PlanColumns
+from vramopt.costs.training import TrainingCase
+from vramopt.hardware import load_gpu
+from vramopt.models import load_model
+
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schema" / "vramopt-v1.schema.json"
+CONTRIBUTING = [technique for technique in registry.TECHNIQUES if technique.contribution is not None]
+
+
+def test_a_technique_without_its_parts_is_registered_only_as_not_migrated():
+    for technique in registry.TECHNIQUES:
+        if technique.contribution is None:
+            assert technique.field in registry.NOT_MIGRATED, (
+                f"{technique.field} is registered without a Contribution (validity, memory, time, contract, display, "
+                f"exports, sources): give it one, or list it in registry.NOT_MIGRATED"
+            )
+
+
+SAMPLE = Technique(
+    field="sample",
+    group="state",
+    description="a complete technique, for the check's own tests",
+    parse=parse_choice("sample", ("a", "b")),
+    default_values=lambda context: ("a",),
+    columns=lambda value: {},
+    decode=lambda codes: "a",
+    contribution=Contribution(
+        validity=lambda case, columns: {"sample b needs nothing": np.zeros(1, dtype=bool)},
+        memory=lambda model, columns: np.zeros(1),
+        time=lambda *arguments: np.zeros(1),
+        contract=ContractField(name="sample", json_type="string", description="a sample field", enum=("a", "b")),
+        display=lambda plan: "sample a",
+        exports={"deepspeed": Export(not_exported="nothing to set"), "vllm": Export(not_exported="nothing to set")},
+        sources=("assumption: a test fixture",),
+    ),
+)
+
+
+def test_the_sample_is_complete():
+    assert missing_parts(SAMPLE) == []
+
+
+@pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
+def test_every_contributing_technique_has_every_part(technique):
+    assert missing_parts(technique) == [], technique.field
+
+
+@pytest.mark.parametrize(
+    "part, change",
+    [
+        ("display", {"display": None}),
+        ("memory", {"memory": None}),
+        ("time", {"time": None}),
+        ("validity", {"validity": None}),
+        ("sources", {"sources": ()}),
+        ("export:vllm", {"exports": {"deepspeed": Export(not_exported="nothing to set")}}),
+        ("contract", {"contract": dataclasses.replace(SAMPLE.contribution.contract, name="sampel")}),
+        ("contract", {"contract": dataclasses.replace(SAMPLE.contribution.contract, json_type="text")}),
+    ],
+)
+def test_the_check_fails_for_a_technique_missing_a_part(part, change):
+    broken = dataclasses.replace(SAMPLE, contribution=dataclasses.replace(SAMPLE.contribution, **change))
+    assert part in missing_parts(broken)
+
+
+def test_a_technique_without_a_domain_is_incomplete():
+    assert "domain" in missing_parts(dataclasses.replace(SAMPLE, default_values=None))
+    assert missing_parts(dataclasses.replace(SAMPLE, contribution=None)) == ["contribution"]
+
+
+def _columns(**values):
+    base = dict(gpus=8, tensor_parallel=1, pipeline_parallel=1, data_parallel=8, sequence_parallel=0, virtual_stages=1,
+                zero_stage=1, checkpoint_kind=0, checkpoint_every=0, precision=1, grad_comm_precision=1, offload=0,
+                flash_attention=1, micro_batch=1)
+    base.update(values)
+    return PlanColumns.from_scalars(**base)
+
+
+@pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
+def test_validity_rules_are_messages_over_masks(technique):
+    case = TrainingCase(model=load_model("llama-3.1-8b"), gpu=load_gpu("h100"), seq_len=4096, global_batch=64)
+    reasons = technique.contribution.validity(case, _columns())
+    assert reasons and all(isinstance(message, str) and len(message) > 20 for message in reasons)
+    for mask in reasons.values():
+        assert np.asarray(mask).dtype == bool
+
+
+@pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
+def test_the_contract_field_is_in_the_json_schema(technique):
+    contract = technique.contribution.contract
+    plan = json.loads(SCHEMA.read_text())["$defs"]["plan"]["properties"]
+    assert contract.name in plan, f"docs/schema/vramopt-v1.schema.json has no plan.{contract.name}"
+    if contract.enum:
+        assert tuple(plan[contract.name]["enum"]) == tuple(contract.enum)
+
+
+@pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
+def test_every_exporter_is_covered(technique):
+    exports = technique.contribution.exports
+    assert set(EXPORTERS) <= set(exports), technique.field

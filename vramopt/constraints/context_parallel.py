@@ -1,0 +1,104 @@
+"""Context parallelism: the ``context_parallel`` plan field (ring attention, cost terms in
+costs/context_parallel.py).
+
+A key field: it changes the layout (gpus = tp x cp x pp x dp), the tokens each rank holds
+and the group that reduces and shards gradients (dp x cp), so it is fixed per candidate
+row like tp and pp.
+
+Default domain: cp = 1 for sequences up to 8,192 tokens, where the activations of one
+sequence are small next to the model states and the ring would only add transfers
+(Llama 3, Dubey et al. 2024, section 3.3.2, pretrains at 8K without context parallelism and
+uses it for the long-context stage; torchtitan's published sweep starts CP at 32K). Longer
+sequences search cp in powers of two up to 16 (Llama 3 Table 4: cp = 16 at 131,072 tokens)
+and up to the GPUs searched, keeping those that split the sequence into 2 x cp chunks of
+whole attention tiles. Pin or allow any other value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramopt.constraints.contribution import Contribution, ContractField, Export
+from vramopt.constraints.technique import DomainContext, Technique, parse_int
+from vramopt.costs.context_parallel import (
+    context_parallel_invalid_reasons,
+    ring_seconds_per_micro_batch,
+    tokens_per_rank,
+    whole_tile_chunks,
+)
+
+LONG_SEQUENCE_TOKENS = 8192
+"""Above this many tokens per sequence context parallelism is searched by default (Llama 3
+section 3.3.2: 8K pretraining sequences without CP)."""
+
+LARGEST_DEFAULT_DEGREE = 16
+"""Llama 3 (Dubey et al. 2024) Table 4: the 131,072-token stage of 405B ran cp = 16."""
+
+
+def default_degrees(context: DomainContext) -> tuple[int, ...]:
+    if context.seq_len <= LONG_SEQUENCE_TOKENS:
+        return (1,)
+    degrees, degree = [], 1
+    while degree <= min(LARGEST_DEFAULT_DEGREE, context.max_gpus):
+        if bool(whole_tile_chunks(context.seq_len, degree)):
+            degrees.append(degree)
+        degree *= 2
+    return tuple(degrees)
+
+
+EXPORT_NOTES = {
+    "deepspeed": (
+        "context parallel {cp}: not supported by this DeepSpeed config (DeepSpeed-Ulysses is a different "
+        "scheme: an all-to-all over attention heads, not a KV ring); run ring attention with Megatron-Core "
+        "(--context-parallel-size {cp}) or torchtitan (parallelism.context_parallel_degree = {cp})"
+    ),
+}
+"""What each exporter says about a plan with cp > 1 (no exporter writes a CP setting)."""
+
+
+def _deepspeed(plan: Mapping[str, Any], content: dict[str, Any]) -> list[str]:
+    degree = plan.get("context_parallel", 1)
+    return [EXPORT_NOTES["deepspeed"].format(cp=degree)] if degree > 1 else []
+
+
+def display(plan: Mapping[str, Any]) -> str:
+    """The phrase in the display's parallel line."""
+    return f"cp={plan.get('context_parallel', 1)}"
+
+
+SOURCES = (
+    "Liu et al. 2023, Ring Attention with Blockwise Transformers for Near-Infinite Context, section 3",
+    "Megatron-Core docs/source/api-guide/context_parallel.rst and get_batch_on_this_cp_rank (2 x cp chunks, r and 2cp-1-r)",
+    "Transformer Engine AttnFuncWithCPAndKVP2P (KV ring forward, KV + dKV backward)",
+    "torchtitan docs/context_parallel.md; FSDP mesh dp_shard_cp; round-robin (head-tail) load balancer",
+    "Dubey et al. 2024, The Llama 3 Herd of Models, section 3.3.2 and Table 4 (cp = 16 at 131,072 tokens)",
+    "Dao 2023, FlashAttention-2, section 3.3 (128-row blocks: the 128-token tile rule, an assumption)",
+)
+
+CONTEXT_PARALLEL = Technique(
+    field="context_parallel",
+    group="key",
+    description="context parallel degree: ring attention over cp GPUs that split each sequence",
+    parse=parse_int("context_parallel", 1),
+    default_values=default_degrees,
+    columns=lambda value: {"context_parallel": value},
+    decode=lambda codes: int(codes["context_parallel"]),
+    contribution=Contribution(
+        validity=lambda case, columns: context_parallel_invalid_reasons(case.seq_len, columns),
+        memory=tokens_per_rank,
+        time=ring_seconds_per_micro_batch,
+        contract=ContractField(
+            name="context_parallel", json_type="integer",
+            description="context-parallel degree: ring attention over cp GPUs that split each sequence; "
+                        "gpus = tp x cp x pp x dp; gradients and ZeRO shard over dp x cp",
+        ),
+        display=display,
+        exports={
+            "deepspeed": Export(apply=_deepspeed),
+            "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),
+        },
+        sources=SOURCES,
+    ),
+)
+
+TECHNIQUES = (CONTEXT_PARALLEL,)
