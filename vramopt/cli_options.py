@@ -1,0 +1,341 @@
+"""The option decorators, parameter types and builders shared by the ``vramopt`` commands
+(``workload_options``, ``plan_options``, ``space_options``, ``format_option``), and
+``emit``, which writes one result to stdout as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import click
+
+from vramopt.cli_group import echo
+from vramopt.costs.coefficients import coefficient
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
+from vramopt.display import OUTPUT_FORMATS, flatten, to_csv, to_json
+from vramopt.errors import InputError
+from vramopt.hardware import load_gpu
+from vramopt.plan import checkpointing_name, parse_checkpointing
+from vramopt.types import MAX_COUNT, PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
+
+OFFLOAD_CHOICES = ("none", "cpu", "nvme")
+OPTIMIZER_CHOICES = ("adam", "adam8bit", "adafactor", "sgd")
+"""costs/optimizer_states.OPTIMIZER_NAMES, spelled out here so --help imports no numpy
+(tests/unit/test_technique_completeness.py checks the two agree)."""
+DEFAULT_HEADROOM_FRACTION = 0.10
+"""The seed's rule: keep at least 10% of each GPU's memory free."""
+
+
+# ---------------------------------------------------------------------------------------
+# Parameter types
+
+
+class HeadroomType(click.ParamType):
+    """A fraction in [0, 1) of each GPU's memory that must stay free: '0.1' or '10%'."""
+
+    name = "fraction"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            fraction = value
+        else:
+            text = str(value).strip()
+            try:
+                fraction = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+            except ValueError:
+                self.fail(f"'{value}' is not a fraction like 0.1 or a percentage like 10%", param, ctx)
+        if not math.isfinite(fraction) or not 0.0 <= fraction < 1.0:
+            self.fail(f"headroom must be in [0, 1) (or 0% to <100%), got '{value}'", param, ctx)
+        return fraction
+
+
+class CheckpointingType(click.ParamType):
+    """'none', 'selective', 'full' (= every:1) or 'every:K'; normalized to the plan's spelling."""
+
+    name = "none|selective|full|every:K"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return checkpointing_name(*parse_checkpointing(str(value)))
+        except InputError as error:
+            self.fail(str(error), param, ctx)
+
+
+POSITIVE = click.IntRange(min=1, max=MAX_COUNT)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared options (reused by every command that takes a workload or a plan)
+
+
+def format_option(choices: tuple[str, ...] = OUTPUT_FORMATS) -> Callable:
+    return click.option(
+        "--format", "output_format", type=click.Choice(choices), default=choices[0], show_default=True,
+        help="Output: a readable table, the JSON contract (docs/json-contract.md) or CSV.",
+    )
+
+
+def apply_options(options: list[Callable]) -> Callable:
+    def decorate(function: Callable) -> Callable:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+workload_options = apply_options(
+    [
+        click.option("--workload", "workload_kind", type=click.Choice(WORKLOADS), default="train", show_default=True,
+                     help="train (pretraining), finetune (full), lora, qlora (4-bit base), infer (serving)."),
+        click.option("--model", default="70b", show_default=True,
+                     help="Catalog name or alias (see `vramopt models`), or a Hugging Face config.json path."),
+        click.option("--context", type=POSITIVE, default=8192, show_default=True,
+                     help="infer: maximum tokens per sequence (vLLM max-model-len)."),
+        click.option("--min-slots", type=POSITIVE, default=1, show_default=True,
+                     help="infer: concurrent sequences the deployment must hold at least."),
+        click.option("--max-latency-ms", type=click.FloatRange(min=0.0, min_open=True, max=1e7), default=None,
+                     help="infer: upper bound of the time per output token, milliseconds."),
+        click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
+                     help="lora/qlora: adapter rank (adapters on every linear layer)."),
+        click.option("--seq-len", type=POSITIVE, default=4096, show_default=True, help="Tokens per sequence."),
+        click.option("--global-batch", type=POSITIVE, default=1024, show_default=True,
+                     help="Sequences per optimizer step (must be a multiple of micro-batch x data parallel)."),
+        click.option("--headroom", type=HeadroomType(), default=DEFAULT_HEADROOM_FRACTION, show_default=True,
+                     help="Fraction of each GPU's memory that must stay free: 0.1 or 10%."),
+    ]
+)
+
+plan_options = apply_options(
+    [
+        click.option("--gpu", default="b200", show_default=True, help="GPU type (see `vramopt gpus`)."),
+        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x cp x pp x dp."),
+        click.option("--tp", "tensor_parallel", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--cp", "--context-parallel", "context_parallel", type=POSITIVE, default=1, show_default=True,
+                     help="Context-parallel degree: ring attention over cp GPUs that split each sequence."),
+        click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+                     help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
+        click.option("--virtual-stages", type=POSITIVE, default=1, show_default=True,
+                     help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B)."),
+        click.option("--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage 0-3."),
+        click.option("--checkpoint", "checkpointing", type=CheckpointingType(), default="none", show_default=True,
+                     help="Activation checkpointing: none, selective, full (= every:1) or every:K layers."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+                     help="Compute precision (fp32 master weights and Adam states stay fp32)."),
+        click.option("--grad-comm-precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Precision of gradients on the wire.  [default: same as --precision]"),
+        click.option("--offload", type=click.Choice(OFFLOAD_CHOICES), default="none", show_default=True,
+                     help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3)."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adam", show_default=True,
+                     help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum)."),
+        click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
+                     help="FlashAttention: no s^2 attention-score activations."),
+        click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
+        click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="bf16", show_default=True,
+                     help="infer: weight format (int8/int4 weight-only; fp8/fp4 need those tensor cores)."),
+        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="bf16", show_default=True,
+                     help="infer: KV cache element type."),
+        click.option("--paged-kv/--no-paged-kv", default=True, show_default=True,
+                     help="infer: PagedAttention (store tokens in use) or contiguous (full context per slot)."),
+        click.option("--slots", type=POSITIVE, default=16, show_default=True, help="infer: concurrent sequences per replica."),
+        click.option("--mig-profile", default="none", show_default=True, help="infer: MIG profile per replica (e.g. 1g.10gb) or none."),
+        click.option("--speculative/--no-speculative", "speculative_decoding", default=False, show_default=True,
+                     help="infer: speculative decoding with a draft model."),
+    ]
+)
+
+TRAINING_ONLY = {
+    "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
+    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
+    "micro_batch": "--micro-batch", "optimizer": "--optimizer",
+}
+SERVING_ONLY = {
+    "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
+    "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
+    "speculative_decoding": "--speculative",
+}
+
+
+def given(name: str) -> bool:
+    """Whether the user typed this option (not click's default)."""
+    context = click.get_current_context()
+    source = context.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def reject_unused_options(kind: str) -> None:
+    """Nothing the user gave is silently ignored: a flag that does not apply is an error."""
+    context = click.get_current_context()
+    unused = dict(SERVING_ONLY) if kind != "infer" else dict(TRAINING_ONLY)
+    if kind not in ("lora", "qlora"):
+        unused["lora_rank"] = "--lora-rank"
+    for name, flag in unused.items():
+        if name in context.params and given(name):
+            raise click.UsageError(f"{flag} does not apply to --workload {kind}")
+
+
+def build_plan(options: Mapping[str, Any]):
+    if options["workload_kind"] == "infer":
+        return ServingPlan(
+            gpu=options["gpu"],
+            gpus=options["gpus"],
+            tensor_parallel=options["tensor_parallel"],
+            pipeline_parallel=options["pipeline_parallel"],
+            quantization=options["quantization"],
+            kv_cache_dtype=options["kv_cache_dtype"],
+            paged_kv=options["paged_kv"],
+            slots=options["slots"],
+            mig_profile=options["mig_profile"],
+            speculative_decoding=options["speculative_decoding"],
+        )
+    return TrainingPlan(
+        gpu=options["gpu"],
+        gpus=options["gpus"],
+        tensor_parallel=options["tensor_parallel"],
+        context_parallel=options["context_parallel"],
+        pipeline_parallel=options["pipeline_parallel"],
+        sequence_parallel=options["sequence_parallel"],
+        virtual_stages=options["virtual_stages"],
+        zero_stage=options["zero_stage"],
+        checkpointing=options["checkpointing"],
+        precision=options["precision"],
+        grad_comm_precision=options["grad_comm_precision"] or options["precision"],
+        offload=options["offload"],
+        flash_attention=options["flash_attention"],
+        micro_batch=options["micro_batch"],
+        optimizer=options["optimizer"],
+    )
+
+
+def build_workload(options: Mapping[str, Any]):
+    kind = options["workload_kind"]
+    reject_unused_options(kind)
+    if kind == "infer":
+        return ServingWorkload(
+            model=options["model"],
+            context=options["context"],
+            headroom_fraction=options["headroom"],
+            min_slots=options["min_slots"],
+            max_latency_ms=options["max_latency_ms"],
+        )
+    return TrainingWorkload(
+        model=options["model"],
+        seq_len=options["seq_len"],
+        global_batch=options["global_batch"],
+        headroom_fraction=options["headroom"],
+        kind=kind,
+        lora_rank=options["lora_rank"],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+
+def emit(result: Any, output_format: str, render_table: Callable[[Any], str] | None = None) -> None:
+    """Write one result to stdout.
+
+    ``json``: ``result`` as is (a v1 dict or a list of them). ``csv``: a v1 dict becomes one
+    row of dotted ``plan.*``, ``memory.*``, ``throughput.*`` columns; a list is taken as rows
+    already flattened (e.g. a Pareto front). ``table``: ``render_table(result)``.
+    """
+    if output_format == "json":
+        text = to_json(result)
+    elif output_format == "csv":
+        rows = result if isinstance(result, list) else [flatten(result)]
+        text = to_csv(rows).rstrip("\n")
+    elif render_table is not None:
+        text = render_table(result)
+    else:
+        raise ValueError(f"no table view for this result (format {output_format!r})")
+    echo(text)
+
+
+def offload_limits(gpu_name: str) -> tuple[float, float]:
+    """Host RAM and NVMe per node that offloaded states may use (bytes), for display."""
+    node = load_gpu(gpu_name).node
+    return (
+        node.host_ram_bytes * coefficient("host_ram_usable_fraction"),
+        node.nvme_capacity_bytes * coefficient("nvme_usable_fraction"),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The search space (solve, pareto)
+
+
+class ChoiceListType(click.ParamType):
+    """``KEY=V1,V2`` for --allow / --forbid / --pin (KEY: a plan field, see `solve --help`)."""
+
+    name = "KEY=VALUES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, tuple[str, ...]]:
+        if isinstance(value, tuple):
+            return value
+        key, separator, values = str(value).partition("=")
+        items = tuple(item.strip() for item in values.split(",") if item.strip())
+        if not separator or not key.strip() or not items:
+            self.fail(f"'{value}' is not KEY=VALUE[,VALUE...]", param, ctx)
+        return key.strip(), items
+
+
+def collect_choices(pairs: tuple, option: str, single: bool = False) -> dict[str, Any]:
+    choices: dict[str, Any] = {}
+    for key, values in pairs:
+        if key in choices:
+            raise click.UsageError(f"{option} {key} is given twice")
+        if single and len(values) != 1:
+            raise click.UsageError(f"{option} {key} takes one value, got {', '.join(values)}")
+        choices[key] = values[0] if single else values
+    return choices
+
+
+TIME_LIMIT = click.FloatRange(min=0.001, max=3600.0)
+
+
+def space_options(default_max_gpus: int) -> Callable:
+    """The search-space flags shared by `solve` and `pareto`."""
+    return apply_options(
+        [
+            click.option("--gpu", "gpu_types", multiple=True, default=("b200",), show_default=True,
+                         help="GPU type allowed (repeat for several; see `vramopt gpus`)."),
+            click.option("--max-gpus", type=click.IntRange(1, 1_048_576), default=default_max_gpus, show_default=True,
+                         help="Most GPUs a plan may use."),
+            click.option("--whole-nodes/--no-whole-nodes", default=True, show_default=True,
+                         help="Beyond one node, use whole nodes only."),
+            click.option("--allow-tp-across-nodes", is_flag=True,
+                         help="Let tensor parallelism span nodes (off: TP stays in the NVLink domain)."),
+            click.option("--allow-fp4", is_flag=True, help="Add fp4 to the precision domain (experimental; off by default)."),
+            click.option("--allow", "allow", type=ChoiceListType(), multiple=True,
+                         help="Only these values for a plan field, e.g. --allow zero_stage=2,3 (replaces the default domain)."),
+            click.option("--forbid", "forbid", type=ChoiceListType(), multiple=True,
+                         help="Never these values, e.g. --forbid offload=nvme."),
+            click.option("--pin", "pin", type=ChoiceListType(), multiple=True,
+                         help="Exactly this value, e.g. --pin tensor_parallel=8."),
+        ]
+    )
+
+
+def build_space(options: Mapping[str, Any], **extra: Any) -> SearchSpace:
+    allow = collect_choices(options["allow"], "--allow")
+    pin = collect_choices(options["pin"], "--pin", single=True)
+    gpus = tuple(options["gpu_types"])
+    if not given("gpu_types"):
+        # --allow/--pin gpu=... alone choose the GPU types searched.
+        if "gpu" in pin:
+            gpus = (pin["gpu"],)
+        elif "gpu" in allow:
+            gpus = tuple(allow["gpu"])
+    return SearchSpace(
+        gpus=gpus,
+        max_gpus=options["max_gpus"],
+        whole_nodes=options["whole_nodes"],
+        allow_tp_across_nodes=options["allow_tp_across_nodes"],
+        allow_fp4=options["allow_fp4"],
+        allow=allow,
+        forbid=collect_choices(options["forbid"], "--forbid"),
+        pin=pin,
+        **extra,
+    )
