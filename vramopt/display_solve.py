@@ -1,0 +1,255 @@
+"""The table views of the solver's answers: ``solve`` (training and serving), an
+infeasible request, the Pareto front, and a ``pack`` of jobs on a cluster."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from vramopt.display_formats import gb, on_off, percent, table
+from vramopt.display_training import _context_brief, optimizer_why_line, render_training
+
+
+# ---------------------------------------------------------------------------------------
+# The solver's answer (``solve``): the plan as above, then why, the runners-up, the solver
+
+
+def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
+    return (
+        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} {_context_brief(plan, 'cp=')}pp={plan['pipeline_parallel']} "
+        f"dp={plan['data_parallel']} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
+        f"ckpt={plan['checkpointing']} micro-batch={plan['micro_batch']}"
+    )
+
+
+def _value_text(value: Any) -> str:
+    return on_off(value) if isinstance(value, bool) else str(value)
+
+
+def render_runners_up(result: Mapping[str, Any]) -> str:
+    runners = result.get("runners_up") or []
+    if not runners:
+        return "runners-up: none (no other technique value gives a plan that fits)"
+    rows = []
+    for runner in runners:
+        changes = ", ".join(
+            f"{field} {_value_text(change['chosen'])}->{_value_text(change['runner_up'])}" for field, change in runner["differences"].items()
+        )
+        rows.append([f"{runner['tokens_per_s']:,.0f}", percent(-runner["tokens_per_s_loss_fraction"]), gb(runner["memory_total_bytes"]), changes])
+    return table(rows, ["runner-up tokens/s", "vs chosen", "GB/GPU", "what changes"], align="rrrl")
+
+
+def render_solver(solver: Mapping[str, Any]) -> str:
+    gap = "" if solver["status"] == "optimal" else f", gap {percent(solver['gap'], 2)}"
+    return (
+        f"solver    {solver['engine']}: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms "
+        + (f"({solver['candidates']:,} candidate layouts, all enumerated)" if solver["engine"] == "exhaustive"
+           else f"({solver['candidates']:,} candidate layouts after exact pruning)")
+        + f"; objective: {solver['objective']}"
+    )
+
+
+SERVING_MEMORY_LABELS = {
+    "weights_bytes": "weights",
+    "kv_cache_bytes": "KV cache",
+    "activations_bytes": "activations (prefill chunk, logits)",
+    "draft_model_bytes": "draft model + its KV cache",
+    "reserve_bytes": "framework reserve",
+}
+
+
+def _requirement_checks(result: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """A line per service requirement the request sets (--min-slots above 1, --max-latency-ms)."""
+    requirements, throughput = result.get("requirements"), result["throughput"]
+    checks = []
+    if requirements and requirements["min_slots"] > 1:
+        ok = requirements["min_slots_met"]
+        checks.append(("concurrent sequences", ok, f"{throughput['concurrent_slots']:,} {'>=' if ok else '<'} "
+                                                   f"{requirements['min_slots']:,} required (--min-slots)"))
+    if requirements and requirements["max_latency_ms"] is not None:
+        ok = requirements["max_latency_met"]
+        checks.append(("time per output token", ok, f"{throughput['latency_per_token_ms']:,.2f} ms {'<=' if ok else '>'} "
+                                                    f"{requirements['max_latency_ms']:g} ms bound (--max-latency-ms)"))
+    return checks
+
+
+def render_serving(result: Mapping[str, Any]) -> str:
+    """The table view of one evaluated serving plan."""
+    model, plan, memory, throughput = result["model"], result["plan"], result["memory"], result["throughput"]
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    unit = f"MIG {plan['mig_profile']} instance" if plan["mig_profile"] != "none" else "GPU"
+    lines = [
+        f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters, {model['layers']} layers, {model['kv_heads']} KV heads",
+        f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} node{'' if plan['nodes'] == 1 else 's'})"
+        + (f", {plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU" if plan["mig_profile"] != "none" else ""),
+        f"replicas  {plan['replicas']} (tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']}), {plan['slots']} slot{'' if plan['slots'] == 1 else 's'} each, "
+        f"{throughput['concurrent_slots']:,} concurrent sequences of up to {plan['context']:,} tokens",
+        f"weights   {plan['quantization']}; KV cache {plan['kv_cache_dtype']}, {'paged' if plan['paged_kv'] else 'contiguous'}; "
+        f"speculative decoding {on_off(plan['speculative_decoding'])}",
+        "",
+    ]
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in SERVING_MEMORY_LABELS.items()]
+    rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
+    rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(capacity * (1 - required)), percent(1 - required)])
+    rows.append(["capacity", gb(capacity), percent(1.0)])
+    lines.append(table(rows, [f"memory per {unit}", "GB", "% of capacity"]))
+    lines.append("GB = 1e9 bytes")
+    lines.append("")
+    if memory["fits"]:
+        memory_text = (f"{gb(memory['total_bytes'])} GB <= {gb(capacity * (1 - required))} GB limit; "
+                       f"{percent(memory['headroom_fraction'])} of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
+    else:
+        memory_text = (f"{gb(memory['total_bytes'])} GB > {gb(capacity * (1 - required))} GB limit: "
+                       f"over by {gb(memory['total_bytes'] - capacity * (1 - required))} GB")
+    checks = [(f"{unit} memory", bool(memory["fits"]), memory_text)] + _requirement_checks(result)
+    met = all(ok for _, ok, _ in checks[1:])
+    lines.append(("FITS" if memory["fits"] else "DOES NOT FIT") + ("" if met else ", requirements NOT MET"))
+    width = max(len(label) for label, _, _ in checks)
+    lines.extend(f"  {label.ljust(width)}  {'ok  ' if ok else 'FAIL'}  {text}" for label, ok, text in checks)
+    if not memory["fits"]:
+        lines.append("(throughput below is what this plan would reach if it fit)")
+    lines.append("")
+    bound = "memory-bandwidth bound" if throughput["memory_bound"] else "compute bound"
+    summary = [
+        ["output tokens/s (all replicas)", f"{throughput['tokens_per_s']:,.0f}"],
+        ["time per output token (one sequence)", f"{throughput['latency_per_token_ms']:,.2f} ms"],
+        ["decode step", f"{throughput['step_time_s'] * 1e3:,.2f} ms ({bound})"],
+        ["tensor-parallel all-reduces per step", f"{throughput['tensor_parallel_s'] * 1e3:,.2f} ms"],
+        [f"prefill of a prompt of {plan['context']:,} tokens", f"{throughput['prefill_time_s']:,.2f} s"],
+    ]
+    lines.append(table(summary, ["throughput", "value"]))
+    return "\n".join(lines)
+
+
+def _goal(solver: Mapping[str, Any]) -> str:
+    objective = str(solver.get("objective", ""))
+    if objective.startswith("per-gpu"):
+        return "the most tokens/s per GPU"
+    if objective.startswith("min-gpus"):
+        return "the fewest GPUs reaching the throughput target"
+    return "the most tokens/s"
+
+
+def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
+    """The table view of a solve response with a plan."""
+    memory, throughput = result["memory"], result["throughput"]
+    if result["workload"] == "infer":
+        why = (
+            f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
+            f"{'MIG instance' if result['plan']['mig_profile'] != 'none' else 'GPU'} free: {gb(memory['total_bytes'])} of "
+            f"{gb(memory['capacity_bytes'])} GB used"
+        )
+        return "\n".join([render_serving(result), "", why, render_solver(result["solver"]), "", render_runners_up(result)])
+    why = (
+        f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
+        f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
+        f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
+        + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
+        + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
+        + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
+           if throughput.get("optimizer_step_s", 0.0) else "")
+    )
+    if result.get("optimizer_gain"):
+        why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)
+    offload = result.get("offload_cost")
+    if offload:
+        why += (
+            f"\n          offload {result['plan']['offload']} is what makes it fit: without it this plan would need "
+            f"{gb(offload['without_offload_total_bytes'])} GB per GPU; expected slowdown "
+            f"{offload['slowdown_factor']:,.1f}x (offload transfers are {percent(offload['offload_fraction_of_step'])} of the step)"
+        )
+    return "\n".join(
+        [
+            render_training(result, host_limit_bytes, nvme_limit_bytes),
+            "",
+            why,
+            render_solver(result["solver"]),
+            "",
+            render_runners_up(result),
+        ]
+    )
+
+
+def render_infeasible(result: Mapping[str, Any]) -> str:
+    explanation = result["explanation"]
+    lines = [f"infeasible: {explanation['reason']}"]
+    for relaxation in explanation["relaxations"]:
+        lines.append(f"  fix: {relaxation['change']}: {relaxation['detail']}")
+    if not explanation["relaxations"]:
+        lines.append("  no relaxation tried (more GPUs, offload, fp8, a larger GPU, fewer pins, less headroom) makes it feasible")
+    return "\n".join(lines)
+
+
+def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], csv_path: str | None, plot_path: str | None) -> str:
+    """The table view of a Pareto front: one line per plan, sorted by GPUs then tokens/s."""
+    serving = response["workload"] == "infer"
+    table_rows = []
+    for point in response["front"]:
+        plan, memory, throughput = point["plan"], point["memory"], point["throughput"]
+        if serving:
+            stages = f" pp{plan['pipeline_parallel']}" if plan["pipeline_parallel"] > 1 else ""
+            techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
+                f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
+        else:
+            techniques = (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
+                          f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
+        table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
+                           percent(memory["headroom_fraction"]), techniques])
+    lines = [
+        f"{response['model']['name']}: {len(rows)} non-dominated plans (tokens/s up, GPUs down, memory per GPU down); * = chosen plan",
+        table(table_rows, ["", "GPUs", "tokens/s", "GB/GPU", "free", "plan"], align="lrrrrl"),
+        f"{response['solver']['method']}; {response['solver']['wall_time_s'] * 1000:,.0f} ms",
+    ]
+    if csv_path:
+        lines.append(f"CSV written to {csv_path}")
+    if plot_path:
+        lines.append(f"plot written to {plot_path}")
+    return "\n".join(lines)
+
+
+def _placement_text(gpus_by_node: Mapping[str, Any]) -> str:
+    return "; ".join(f"{node}: {','.join(str(item) for item in items)}" for node, items in gpus_by_node.items())
+
+
+def _plan_brief(plan: Mapping[str, Any]) -> str:
+    if "quantization" in plan:
+        mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
+        stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
+        return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
+    return (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
+            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+
+
+def render_pack(response: Mapping[str, Any]) -> str:
+    rows = []
+    for placement in response["placements"]:
+        if placement["admitted"]:
+            rows.append([placement["job"], "yes", _placement_text(placement["gpus_by_node"]),
+                         f"{placement['throughput']['tokens_per_s']:,.0f}", _plan_brief(placement["plan"])])
+        else:
+            rows.append([placement["job"], "no", "-", "-", placement["reason"]])
+    summary = response["summary"]
+    solver = summary["solver"]
+    gap = "" if solver["status"] == "optimal" else f", gap {percent(solver['gap'], 2)}"
+    return "\n".join([
+        table(rows, ["job", "admitted", "GPUs (node: indices or GPU:MIG profile)", "tokens/s", "plan / reason"], align="lllrl"),
+        "",
+        f"admitted {summary['jobs_admitted']} of {summary['jobs']} jobs; GPUs used {summary['gpus_used']}, left {summary['gpus_left']}; "
+        + (f"MIG instances used {summary['mig_instances_used']}, left {summary['mig_instances_left']}; "
+           if summary.get("mig_instances_used", 0) + summary.get("mig_instances_left", 0) else "")
+        + f"weighted normalized throughput {summary['weighted_normalized_throughput']:.3f}",
+        f"solver    cp-sat: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms",
+    ])
+
+
+def pack_rows(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for placement in response["placements"]:
+        row = {"job": placement["job"], "admitted": placement["admitted"], "reason": placement["reason"],
+               "gpus_by_node": _placement_text(placement["gpus_by_node"])}
+        for section in ("plan", "memory", "throughput"):
+            for key, value in (placement[section] or {}).items():
+                row[f"{section}.{key}"] = value
+        rows.append(row)
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    return [{key: row.get(key, "") for key in keys} for row in rows]

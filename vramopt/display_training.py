@@ -1,0 +1,152 @@
+"""The table view of one training plan (``estimate``): plan, memory per GPU, fit, throughput;
+the solver's answer reuses these for its plan/memory/throughput sections."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramopt.display_formats import MEMORY_LABELS, gb, on_off, percent, table
+
+
+# ---------------------------------------------------------------------------------------
+# One training plan (the v1 response of ``estimate``; the solver's answer has the same
+# plan/memory/throughput sections, so it renders with the same functions)
+
+
+def render_plan(result: Mapping[str, Any]) -> str:
+    model, plan = result["model"], result["plan"]
+    node_word = "node" if plan["nodes"] == 1 else "nodes"
+    tokens_per_step = plan["global_batch"] * plan["seq_len"]
+    lines = [
+        f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters"
+        + (f" ({model['params_active'] / 1e9:.1f}B active)" if model["params_active"] != model["params_total"] else "")
+        + f", {model['layers']} layers, {model['heads']} heads",
+        f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} {node_word})",
+        *([f"workload  {result['workload']}" + (f": rank {result['lora']['rank']} adapters on {','.join(result['lora']['targets'])}, "
+                                                 f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
+                                                 f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
+          if result.get("workload", "train") != "train" else []),
+        f"parallel  tp={plan['tensor_parallel']} cp={plan.get('context_parallel', 1)} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
+        f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
+        f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
+        f"flash attention {on_off(plan['flash_attention'])}{_optimizer_phrase(plan)}",
+        f"precision {plan['precision']} compute, {plan['grad_comm_precision']} gradient communication",
+        f"batch     {plan['global_batch']:,} sequences x {plan['seq_len']:,} tokens = {tokens_per_step:,} tokens per step "
+        f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
+    ]
+    return "\n".join(lines)
+
+
+def render_memory(memory: Mapping[str, Any], optimizer: str = "adam") -> str:
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    limit = capacity * (1.0 - required)
+    labels = dict(MEMORY_LABELS)
+    if optimizer != "adam":  # name the format the plan's optimizer states are in
+        labels["optimizer_bytes"] = f"optimizer states ({optimizer})"
+    rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in labels.items()]
+    rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
+    rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(limit), percent(1.0 - required)])
+    rows.append(["capacity", gb(capacity), percent(1.0)])
+    return table(rows, ["memory per GPU", "GB", "% of capacity"])
+
+
+def fit_lines(memory: Mapping[str, Any], host_limit_bytes: float | None, nvme_limit_bytes: float | None) -> list[str]:
+    """The verdict, FITS or DOES NOT FIT, then one line per limit that applies.
+
+    The GPU-memory line is always shown; the host-RAM and NVMe lines when the plan offloads
+    there or does not fit there. ``*_limit_bytes`` are the usable capacities per node.
+    """
+    capacity = memory["capacity_bytes"]
+    required = memory["required_headroom_fraction"]
+    limit = capacity * (1.0 - required)
+    total = memory["total_bytes"]
+    if memory["fits"]:
+        gpu_text = (f"{gb(total)} GB per GPU <= {gb(limit)} GB limit; {percent(memory['headroom_fraction'])} "
+                    f"of {gb(capacity)} GB stays free ({percent(required, 0)} required)")
+    else:
+        gpu_text = (f"{gb(total)} GB per GPU > {gb(limit)} GB limit ({gb(capacity)} GB less "
+                    f"{percent(required, 0)} headroom): over by {gb(total - limit)} GB")
+    checks = [("GPU memory", bool(memory["fits"]), gpu_text)]
+    for label, used_key, fits_key, usable in (
+        ("host RAM per node", "host_bytes_per_node", "fits_host", host_limit_bytes),
+        ("NVMe per node", "nvme_bytes_per_node", "fits_nvme", nvme_limit_bytes),
+    ):
+        used, ok = memory[used_key], bool(memory[fits_key])
+        if used <= 0 and ok:
+            continue
+        if usable is None:
+            text = f"{gb(used)} GB offloaded" + ("" if ok else " (more than the node holds)")
+        elif ok:
+            text = f"{gb(used)} GB offloaded <= {gb(usable)} GB usable"
+        else:
+            text = f"{gb(used)} GB offloaded > {gb(usable)} GB usable: over by {gb(used - usable)} GB"
+        checks.append((label, ok, text))
+    verdict = "FITS" if all(ok for _, ok, _ in checks) else "DOES NOT FIT"
+    width = max(len(label) for label, _, _ in checks)
+    return [verdict] + [f"  {label.ljust(width)}  {'ok  ' if ok else 'FAIL'}  {text}" for label, ok, text in checks]
+
+
+def render_throughput(result: Mapping[str, Any]) -> str:
+    throughput, plan = result["throughput"], result["plan"]
+    step = throughput["step_time_s"]
+    summary = [
+        ["tokens/s", f"{throughput['tokens_per_s']:,.0f}"],
+        ["step time", f"{step:,.2f} s"],
+        [f"MFU (model FLOPs / dense {plan['precision']} peak)", percent(throughput["mfu"])],
+        ["achieved TFLOP/s per GPU (incl. recomputation)", f"{throughput['achieved_tflops_per_gpu']:,.0f}"],
+    ]
+    breakdown = [
+        [f"compute (incl. pipeline bubble {percent(throughput['bubble_fraction'])})", throughput["compute_s"]],
+        ["tensor-parallel communication", throughput["tensor_parallel_s"]],
+        ["context-parallel KV ring (exposed)", throughput.get("context_parallel_s", 0.0)],
+        ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
+        ["offload transfers", throughput["offload_s"]],
+    ]
+    if throughput.get("optimizer_step_s", 0.0):  # 0 for Adam, whose step the fitted efficiency holds
+        breakdown.append(["optimizer step beyond Adam's", throughput["optimizer_step_s"]])
+    breakdown_rows = [[label, f"{seconds:,.2f}", percent(seconds / step if step > 0 else 0.0)] for label, seconds in breakdown]
+    return table(summary, ["throughput", "value"]) + "\n\n" + table(breakdown_rows, ["step time", "s", "% of step"])
+
+
+def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
+    """The table view of one evaluated training plan (a v1 response)."""
+    memory = result["memory"]
+    throughput_note = "" if memory["fits"] and memory["fits_host"] and memory["fits_nvme"] else (
+        "(throughput below is what this plan would reach if it fit)\n"
+    )
+    return "\n".join(
+        [
+            render_plan(result),
+            "",
+            render_memory(memory, result["plan"].get("optimizer", "adam")),
+            "GB = 1e9 bytes",
+            "",
+            *fit_lines(memory, host_limit_bytes, nvme_limit_bytes),
+            "",
+            throughput_note + render_throughput(result),
+        ]
+    )
+
+
+
+def _context_brief(plan: Mapping[str, Any], label: str) -> str:
+    """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
+    degree = plan.get("context_parallel", 1)
+    return f"{label}{degree} " if degree > 1 else ""
+
+
+def _optimizer_phrase(plan: Mapping[str, Any]) -> str:
+    """', optimizer 8-bit Adam ...' on the memory line when the plan's optimizer is not Adam
+    (the technique's own display line, constraints/optimizer_format.py)."""
+    if plan.get("optimizer", "adam") == "adam":
+        return ""
+    from vramopt.constraints.optimizer_format import display  # numpy is loaded by then
+
+    return ", " + display(plan)
+
+
+def optimizer_why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb_format) -> str:
+    from vramopt.constraints.optimizer_format import why_line
+
+    return why_line(plan, gain, gb_format)
