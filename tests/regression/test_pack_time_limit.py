@@ -4,14 +4,13 @@ Before: 60 jobs that may each take every free GPU on 120 nodes took seconds at
 ``--time-limit 0.01`` (28 s in the issue, 9 s on a 2-core machine), and 300 jobs on 512
 nodes at the default 10 s took 48-128 s and admitted nothing. Now option building stops at
 the deadline, options are cached per job shape and free-GPU shape, and a greedy best-fit
-answer is the floor of every time-limited answer. Elapsed times here are hang guards
+answer is the floor of every time-limited answer. Nothing here reads the wall clock
 (benchmarks/pack_scale.py measures the figures).
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from ortools.sat.python import cp_model
@@ -19,11 +18,6 @@ from ortools.sat.python import cp_model
 from tests.cli_runner import invoke
 from vramopt.cluster import parse_cluster, parse_jobs
 from vramopt.optimizer.pack import solve_pack
-
-HANG_GUARD_S = 3.0
-"""Allowed beyond the limit: the option build under way when the deadline passes, the
-greedy pass and the answer (the issue's target is 2 x limit + 1 s; this guard is looser
-because the test machine is shared)."""
 
 TEMPLATES = (
     {"model": "8b", "workload": "infer", "context": 8192},
@@ -43,16 +37,34 @@ def open_queue(count: int) -> list[dict]:
     return [{"id": f"job{index:03d}", **TEMPLATES[index % len(TEMPLATES)], "weight": 1.0 + index % 3} for index in range(count)]
 
 
-def test_a_tiny_limit_is_honoured_on_a_large_open_queue(tmp_path):
-    """issue 11 item 4"""
+def test_no_option_build_starts_after_the_deadline(monkeypatch, tmp_path):
+    """issue 11 item 4: the limit is checked without a clock. Option building reads a clock
+    that passes the deadline as soon as the first job's table is built; no other table build
+    may start after that (60 jobs on 120 nodes took 13 s at --time-limit 0.01 before), and the
+    answer is labelled and gives every refused job its reason. How long a real limited run
+    takes is a figure of benchmarks/pack_scale.py, not an assertion."""
+    from types import SimpleNamespace
+
+    from vramopt.optimizer import pack_options
+
+    builds: list[str] = []
+    clock = SimpleNamespace(perf_counter=lambda: float("inf") if builds else float("-inf"))
+
+    def counted(builder):
+        def build(*args, **kwargs):
+            builds.append(builder.__name__)
+            return builder(*args, **kwargs)
+        return build
+
+    monkeypatch.setattr(pack_options, "time", clock)
+    monkeypatch.setattr(pack_options, "build_problem", counted(pack_options.build_problem))
+    monkeypatch.setattr(pack_options, "build_serving_problem", counted(pack_options.build_serving_problem))
     (tmp_path / "cluster.json").write_text(json.dumps(mixed_cluster(120)))
     (tmp_path / "jobs.json").write_text(json.dumps(open_queue(60)))
-    started = time.perf_counter()
     result = invoke(["pack", "--cluster", str(tmp_path / "cluster.json"), "--jobs", str(tmp_path / "jobs.json"),
                      "--time-limit", "0.01", "--workers", "2", "--format", "json"])
-    elapsed_s = time.perf_counter() - started
     assert result.exit_code == 0, result.stderr
-    assert elapsed_s <= 0.01 + HANG_GUARD_S, f"{elapsed_s:.1f} s at --time-limit 0.01"
+    assert len(builds) == 1, f"{len(builds)} table builds, {len(builds) - 1} of them after the deadline"
     data = json.loads(result.stdout)
     assert data["summary"]["solver"]["status"] != "optimal"
     for placement in data["placements"]:

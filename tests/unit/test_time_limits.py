@@ -109,47 +109,45 @@ def test_solve_answers_within_the_limit_with_a_label(case):
         assert result.exit_code == 2 and data["explanation"]["reason"]
 
 
+@pytest.fixture
+def given_limits(monkeypatch) -> list[float]:
+    """The time limit each CP-SAT search of the test is given, in order."""
+    from ortools.sat.python import cp_model
+
+    given: list[float] = []
+    original = cp_model.CpSolver.solve
+
+    def recording(self, *solve_args, **solve_kwargs):
+        given.append(self.parameters.max_time_in_seconds)
+        return original(self, *solve_args, **solve_kwargs)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    return given
+
+
 @pytest.mark.parametrize("args", [
     ["solve", "--model", "70b", "--max-gpus", "8"],
     ["solve", "--model", "70b", "--max-gpus", "32", "--objective", "min-gpus", "--min-tokens-per-s", "50000"],
     ["solve", "--workload", "infer", "--model", "70b", "--max-gpus", "8"],
 ])
-def test_the_time_limit_bounds_every_cp_sat_call(monkeypatch, args):
+def test_the_time_limit_bounds_every_cp_sat_call(given_limits, args):
     """Issue 11 (tests that can fail): instead of timing the run, record the time limit each
     CP-SAT search is given. Every one (each stage of the lexicographic objective, the
     runners-up) must get at most the request's 4 s; a search
     given CP-SAT's default (no limit) or vramopt's 10 s default fails here on any machine,
     however fast. 4 s leaves these small requests' tables (well under a second) time to
     build first, so the searches do run."""
-    from ortools.sat.python import cp_model
-
     limit_s = 4.0
-    given: list[float] = []
-    original = cp_model.CpSolver.solve
-
-    def recording(self, *solve_args, **solve_kwargs):
-        given.append(self.parameters.max_time_in_seconds)
-        return original(self, *solve_args, **solve_kwargs)
-
-    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    given = given_limits
     result, _ = timed([*args, "--time-limit", str(limit_s), "--format", "json"])
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     assert given, "no CP-SAT search ran"
     assert max(given) <= limit_s, f"a CP-SAT search was given {max(given)} s for a {limit_s} s request"
 
 
-def test_pack_bounds_every_cp_sat_call(monkeypatch, tmp_path):
+def test_pack_bounds_every_cp_sat_call(given_limits, tmp_path):
     """The same for pack: every CP-SAT search it runs gets at most the request's limit."""
-    from ortools.sat.python import cp_model
-
-    given: list[float] = []
-    original = cp_model.CpSolver.solve
-
-    def recording(self, *solve_args, **solve_kwargs):
-        given.append(self.parameters.max_time_in_seconds)
-        return original(self, *solve_args, **solve_kwargs)
-
-    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    given = given_limits
     cluster, queue = tmp_path / "cluster.json", tmp_path / "jobs.json"
     cluster.write_text(json.dumps(big_cluster(2)))
     queue.write_text(json.dumps(many_jobs(4)))
