@@ -144,6 +144,8 @@ def rewrite_output(shown: list[str], actual: list[str], where: str, report: Repo
             start = 0
         else:
             start = anchor(run[0], actual, position, position, where, report)
+            if start is None:  # the anchor line is gone from the new output: keep what is shown
+                return shown
             anchors.append(start)
         if number == len(runs) - 1:
             end = len(actual)

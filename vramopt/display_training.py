@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vramopt.display_formats import MEMORY_LABELS, gb, on_off, percent, table
+from vramopt.display_formats import MEMORY_LABELS, gb, percent, table
 
 
 # ---------------------------------------------------------------------------------------
@@ -26,15 +26,29 @@ def render_plan(result: Mapping[str, Any]) -> str:
                                                  f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
                                                  f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
           if result.get("workload", "train") != "train" else []),
-        f"parallel  tp={plan['tensor_parallel']} cp={plan.get('context_parallel', 1)} pp={plan['pipeline_parallel']} dp={plan['data_parallel']}, "
-        f"sequence parallel {on_off(plan['sequence_parallel'])}, virtual stages {plan['virtual_stages']}",
-        f"memory    ZeRO-{plan['zero_stage']}, checkpointing {plan['checkpointing']}, offload {plan['offload']}, "
-        f"flash attention {on_off(plan['flash_attention'])}{_optimizer_phrase(plan)}",
-        f"precision {plan['precision']} compute, {plan['grad_comm_precision']} gradient communication",
+        f"parallel  {technique_line(plan, 'parallel')}",
+        f"memory    {technique_line(plan, 'memory')}",
+        f"precision {technique_line(plan, 'precision')}",
         f"batch     {plan['global_batch']:,} sequences x {plan['seq_len']:,} tokens = {tokens_per_step:,} tokens per step "
         f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
     ]
     return "\n".join(lines)
+
+
+def technique_line(plan: Mapping[str, Any], line: str) -> str:
+    """One line of the plan table: the phrases of the techniques that show on it
+    (``Contribution.display_line``), in the plan's field order."""
+    from vramopt.constraints import registry  # numpy and the techniques, only when a plan is shown
+
+    text = ""
+    for technique in registry.training_techniques():
+        contribution = technique.contribution
+        if contribution.display_line != line:
+            continue
+        phrase = contribution.display(plan)
+        if phrase:
+            text += (contribution.display_separator if text else "") + phrase
+    return text
 
 
 def render_memory(memory: Mapping[str, Any], optimizer: str = "adam") -> str:
@@ -134,16 +148,6 @@ def _context_brief(plan: Mapping[str, Any], label: str) -> str:
     """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
     degree = plan.get("context_parallel", 1)
     return f"{label}{degree} " if degree > 1 else ""
-
-
-def _optimizer_phrase(plan: Mapping[str, Any]) -> str:
-    """', optimizer 8-bit Adam ...' on the memory line when the plan's optimizer is not Adam
-    (the technique's own display line, constraints/optimizer_format.py)."""
-    if plan.get("optimizer", "adam") == "adam":
-        return ""
-    from vramopt.constraints.optimizer_format import display  # numpy is loaded by then
-
-    return ", " + display(plan)
 
 
 def optimizer_why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb_format) -> str:

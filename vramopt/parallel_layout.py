@@ -180,6 +180,12 @@ class ParallelLayout:
         """Micro-batches per optimizer step on each replica: ``global_batch / (micro_batch * dp)``."""
         return global_batch / self.sequences_per_micro_step(micro_batch)
 
+    def pipeline_slots(self, micro_batches, virtual_stages=1):
+        """Micro-batch slots one step takes on each stage: the m micro-batches plus the
+        pipeline bubble (p - 1) / v (1F1B and the interleaved schedule, Narayanan et al. 2021
+        section 2.2)."""
+        return micro_batches + (self.pipeline_parallel - 1.0) / virtual_stages
+
     # -- how each tensor class is sharded (divisors of the per-GPU share) ------------------
 
     @property

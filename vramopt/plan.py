@@ -12,45 +12,15 @@ from typing import Sequence
 
 import numpy as np
 
-from vramopt.costs.columns import (
-    CHECKPOINT_EVERY,
-    CHECKPOINT_NONE,
-    CHECKPOINT_SELECTIVE,
-    OFFLOAD_NAMES,
-    PlanColumns,
-)
+from vramopt.constraints import registry
+from vramopt.constraints.checkpointing import checkpointing_name, parse_checkpointing
+from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
+from vramopt.costs.columns import OFFLOAD_NAMES, PlanColumns
 from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
-from vramopt.costs.training import TrainingCase, invalid_reasons
+from vramopt.costs.training import TrainingCase
 from vramopt.errors import InputError
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
-
-
-def parse_checkpointing(text: str) -> tuple[int, int]:
-    """'none' -> (0, 0); 'selective' -> (1, 0); 'every:K' / 'full' -> (2, K)."""
-    value = str(text).strip().lower()
-    if value == "none":
-        return CHECKPOINT_NONE, 0
-    if value == "selective":
-        return CHECKPOINT_SELECTIVE, 0
-    if value == "full":
-        return CHECKPOINT_EVERY, 1
-    if value.startswith("every:"):
-        try:
-            every = int(value.split(":", 1)[1])
-        except ValueError:
-            every = 0
-        if 1 <= every <= MAX_COUNT:
-            return CHECKPOINT_EVERY, every
-    raise InputError(f"checkpointing '{text}' is not one of none, selective, full, every:K (K a positive integer)")
-
-
-def checkpointing_name(kind: int, every: int) -> str:
-    if kind == CHECKPOINT_NONE:
-        return "none"
-    if kind == CHECKPOINT_SELECTIVE:
-        return "selective"
-    return f"every:{every}"
 
 
 def precision_code(name: str, field: str = "precision") -> int:
@@ -97,21 +67,22 @@ def check_sizes(plan: TrainingPlan) -> None:
 
 
 def encode(plans: Sequence[TrainingPlan]) -> PlanColumns:
-    rows = []
+    """Each plan's values written into the cost model's columns by its techniques
+    (``Technique.columns``); data parallel is the layout's, not a plan value."""
+    rows: dict[str, list[int]] = {}
     for plan in plans:
         check_sizes(plan)
-        kind, every = parse_checkpointing(plan.checkpointing)
-        rows.append(
-            (
-                plan.gpus, plan.tensor_parallel, plan.pipeline_parallel, data_parallel_degree(plan),
-                int(plan.sequence_parallel), plan.virtual_stages, plan.zero_stage, kind, every,
-                precision_code(plan.precision), precision_code(plan.grad_comm_precision, "grad_comm_precision"),
-                offload_code(plan.offload), int(plan.flash_attention), plan.micro_batch, plan.context_parallel,
-                optimizer_code(plan.optimizer),
-            )
-        )
-    matrix = np.array(rows, dtype=np.int64).T
-    return PlanColumns(*matrix)
+        precision_code(plan.precision)
+        precision_code(plan.grad_comm_precision, "grad_comm_precision")
+        offload_code(plan.offload)
+        optimizer_code(plan.optimizer)
+        codes = {"data_parallel": data_parallel_degree(plan)}
+        for technique in registry.training_techniques():
+            if not technique.derived:
+                codes.update(technique.columns(getattr(plan, technique.field)))
+        for name, code in codes.items():
+            rows.setdefault(name, []).append(int(code))
+    return PlanColumns(**{name: np.array(values, dtype=np.int64) for name, values in rows.items()})
 
 
 def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
@@ -145,22 +116,8 @@ def describe(plan: TrainingPlan) -> str:
 
 
 def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:
-    """The plan of row ``index`` of ``columns``."""
-    value = lambda name: int(np.broadcast_to(getattr(columns, name), (len(columns),))[index])  # noqa: E731
-    return TrainingPlan(
-        gpu=gpu_name,
-        gpus=value("gpus"),
-        tensor_parallel=value("tensor_parallel"),
-        context_parallel=value("context_parallel"),
-        pipeline_parallel=value("pipeline_parallel"),
-        sequence_parallel=bool(value("sequence_parallel")),
-        virtual_stages=value("virtual_stages"),
-        zero_stage=value("zero_stage"),
-        checkpointing=checkpointing_name(value("checkpoint_kind"), value("checkpoint_every")),
-        precision=PRECISIONS[value("precision")],
-        grad_comm_precision=PRECISIONS[value("grad_comm_precision")],
-        offload=OFFLOAD_NAMES[value("offload")],
-        flash_attention=bool(value("flash_attention")),
-        micro_batch=value("micro_batch"),
-        optimizer=OPTIMIZER_NAMES[value("optimizer")],
-    )
+    """The plan of row ``index`` of ``columns``, read back by each technique's ``decode``."""
+    codes = {name: int(np.broadcast_to(getattr(columns, name), (len(columns),))[index]) for name in columns.column_names()}
+    values = {technique.field: technique.decode(codes) for technique in registry.training_techniques()
+              if not technique.derived and technique.field != "gpu"}
+    return TrainingPlan(gpu=gpu_name, **values)

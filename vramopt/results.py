@@ -67,31 +67,19 @@ class TrainingEstimate(EvaluatedPlan):
 
 
     def plan_dict(self) -> dict[str, Any]:
+        """The contract's ``plan`` object, in ``registry.PLAN_ORDER``: each technique's value
+        and the workload's values the plan implies."""
+        from vramopt.constraints import registry
+
         plan = asdict(self.plan)
-        data_parallel = ParallelLayout.from_plan(self.plan).data_parallel
-        ordered = {
-            "gpu": plan["gpu"],
-            "gpus": plan["gpus"],
+        implied = {
             "nodes": self.nodes,
-            "tensor_parallel": plan["tensor_parallel"],
-            "context_parallel": plan["context_parallel"],
-            "pipeline_parallel": plan["pipeline_parallel"],
-            "data_parallel": data_parallel,
-            "sequence_parallel": plan["sequence_parallel"],
-            "virtual_stages": plan["virtual_stages"],
-            "zero_stage": plan["zero_stage"],
-            "checkpointing": plan["checkpointing"],
-            "precision": plan["precision"],
-            "grad_comm_precision": plan["grad_comm_precision"],
-            "offload": plan["offload"],
-            "optimizer": plan["optimizer"],
-            "flash_attention": plan["flash_attention"],
+            "data_parallel": ParallelLayout.from_plan(self.plan).data_parallel,
             "seq_len": self.workload.seq_len,
-            "micro_batch": plan["micro_batch"],
             "grad_accumulation": int(round(self.values["micro_batches"])),
             "global_batch": self.workload.global_batch,
         }
-        return ordered
+        return {name: implied[name] if name in implied else plan[name] for name in registry.PLAN_ORDER}
 
     def memory_dict(self) -> dict[str, Any]:
         values = self.values

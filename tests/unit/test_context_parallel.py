@@ -20,7 +20,8 @@ from vramopt.costs.context_parallel import (
     ring_seconds_per_micro_batch,
     whole_tile_chunks,
 )
-from vramopt.costs.training import TrainingCase, evaluate_training, invalid_reasons
+from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
+from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.types import PRECISIONS

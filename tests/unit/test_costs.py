@@ -23,7 +23,8 @@ from vramopt.costs.columns import (
     PlanColumns,
 )
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, quantized_weight_bytes
-from vramopt.costs.training import MEMORY_TERMS, TrainingCase, evaluate_training, invalid_reasons
+from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
+from vramopt.costs.training import MEMORY_TERMS, TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.types import PRECISIONS

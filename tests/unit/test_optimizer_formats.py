@@ -86,7 +86,7 @@ def test_adam_adds_no_step_time_and_leaner_formats_save_hbm_time():
 
 
 def test_offload_needs_adam_and_lora_refuses_adafactor():
-    from vramopt.costs.training import invalid_reasons
+    from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 
     offload_reason = "offload cpu or nvme needs optimizer adam (DeepSpeed's offloaded step runs DeepSpeedCPUAdam on the host)"
     masks = invalid_reasons(_case(), _columns(1, np.arange(4), offload=OFFLOAD_CPU))

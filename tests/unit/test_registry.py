@@ -15,7 +15,7 @@ from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import GROUPS, DomainContext, Technique
 from vramopt.types import PRECISIONS, ServingPlan, TrainingPlan
 
-SHARED_MODULES = {"technique", "registry", "headroom", "contribution"}
+SHARED_MODULES = {"technique", "registry", "headroom", "contribution", "validity"}
 
 
 def _technique_modules():

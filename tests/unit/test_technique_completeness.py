@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vramopt.constraints import registry
-from vramopt.constraints.contribution import EXPORTERS, Contribution, ContractField, Export, missing_parts
+from vramopt.constraints.contribution import EXPORTERS, Contribution, ContractField, Export, missing_parts, no_rules
 from vramopt.constraints.technique import Technique, parse_choice
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.training import TrainingCase
@@ -97,7 +97,9 @@ def _columns(**values):
 def test_validity_rules_are_messages_over_masks(technique):
     case = TrainingCase(model=load_model("llama-3.1-8b"), gpu=load_gpu("h100"), seq_len=4096, global_batch=64)
     reasons = technique.contribution.validity(case, _columns())
-    assert reasons and all(isinstance(message, str) and len(message) > 20 for message in reasons)
+    # A technique without rules of its own says so with no_rules; any other returns its rules.
+    assert bool(reasons) != (technique.contribution.validity is no_rules), technique.field
+    assert all(isinstance(message, str) and len(message) > 20 for message in reasons)
     for mask in reasons.values():
         assert np.asarray(mask).dtype == bool
 
@@ -105,13 +107,74 @@ def test_validity_rules_are_messages_over_masks(technique):
 @pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
 def test_the_contract_field_is_in_the_json_schema(technique):
     contract = technique.contribution.contract
-    plan = json.loads(SCHEMA.read_text())["$defs"]["plan"]["properties"]
+    schema = json.loads(SCHEMA.read_text())
+    plan = schema["$defs"]["plan"]["properties"]
     assert contract.name in plan, f"docs/schema/vramopt-v1.schema.json has no plan.{contract.name}"
+    entry = plan[contract.name]
+    if "$ref" in entry:  # "#/$defs/precision"
+        entry = schema["$defs"][entry["$ref"].rsplit("/", 1)[1]]
     if contract.enum:
-        assert tuple(plan[contract.name]["enum"]) == tuple(contract.enum)
+        assert tuple(entry["enum"]) == tuple(contract.enum)
 
 
 @pytest.mark.parametrize("technique", CONTRIBUTING, ids=lambda technique: technique.field)
 def test_every_exporter_is_covered(technique):
     exports = technique.contribution.exports
     assert set(EXPORTERS) <= set(exports), technique.field
+
+
+# ---------------------------------------------------------------------------------------
+# The edges read the techniques: the plan object, the table lines and the exports come from
+# the registry, so a technique that declares its parts is shown, serialized and exported.
+
+
+def _estimate(**plan_values):
+    from vramopt.estimate import estimate_training
+    from vramopt.types import TrainingPlan, TrainingWorkload
+
+    values = dict(gpu="h100", gpus=16, tensor_parallel=2, context_parallel=2, pipeline_parallel=2, sequence_parallel=True,
+                  virtual_stages=2, zero_stage=1, checkpointing="every:2", precision="fp8", grad_comm_precision="bf16",
+                  offload="cpu", flash_attention=True, micro_batch=2, optimizer="adam")
+    values.update(plan_values)
+    return estimate_training(TrainingWorkload(model="llama-3.1-8b", seq_len=16384, global_batch=64), TrainingPlan(**values))
+
+
+def test_the_plan_order_holds_every_training_technique_once():
+    training = [technique.field for technique in registry.TECHNIQUES if "train" in technique.workloads]
+    techniques_in_order = [name for name in registry.PLAN_ORDER if name not in registry.WORKLOAD_PLAN_FIELDS]
+    assert sorted(techniques_in_order) == sorted(training)
+    assert len(set(registry.PLAN_ORDER)) == len(registry.PLAN_ORDER)
+
+
+def test_training_plan_fields_are_the_techniques_that_are_not_derived():
+    from vramopt.types import TrainingPlan
+
+    fields = {technique.field for technique in registry.training_techniques() if not technique.derived}
+    assert set(TrainingPlan.__slots__) == fields
+
+
+def test_the_response_plan_is_in_plan_order():
+    plan = _estimate().to_dict()["plan"]
+    assert tuple(plan) == registry.PLAN_ORDER
+
+
+@pytest.mark.parametrize("technique", [technique for technique in CONTRIBUTING if technique.contribution.display_line],
+                         ids=lambda technique: technique.field)
+def test_every_displayed_phrase_is_on_its_line(technique):
+    from vramopt.display import render_plan
+
+    for overrides in ({}, {"optimizer": "adam8bit", "sequence_parallel": False, "zero_stage": 3, "offload": "none"}):
+        result = _estimate(**overrides).to_dict()
+        phrase = technique.contribution.display(result["plan"])
+        line = next(line for line in render_plan(result).splitlines() if line.startswith(technique.contribution.display_line))
+        assert phrase in line, (technique.field, phrase, line)
+
+
+def test_a_phrase_a_technique_stops_declaring_leaves_the_table(monkeypatch):
+    """The table is built from the declarations, not written out beside them."""
+    from vramopt.display import render_plan
+
+    zero = registry.technique("zero_stage")
+    quiet = dataclasses.replace(zero, contribution=dataclasses.replace(zero.contribution, display=lambda plan: ""))
+    monkeypatch.setitem(registry.BY_FIELD, "zero_stage", quiet)
+    assert "ZeRO-1" not in render_plan(_estimate().to_dict())

@@ -7,8 +7,17 @@ activation memory). ``--allow micro_batch=...`` widens it.
 
 from __future__ import annotations
 
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.parallelism import divisors
 from vramopt.constraints.technique import Technique, parse_int
+from vramopt.costs.memory import activation_bytes
+from vramopt.costs.training import micro_batches_per_step
+
+
+def _deepspeed(draft: ExportDraft) -> list[str]:
+    # DeepSpeed's rule, checked by the exporter: train_batch_size = micro x accumulation x dp.
+    draft.content["train_micro_batch_size_per_gpu"] = draft.plan["micro_batch"]
+    return []
 
 DEFAULT_MAX_MICRO_BATCH = 64
 
@@ -22,6 +31,17 @@ MICRO_BATCH = Technique(
     ),
     columns=lambda value: {"micro_batch": value},
     decode=lambda codes: int(codes["micro_batch"]),
+    contribution=Contribution(
+        validity=no_rules,  # global_batch a multiple of micro_batch x dp: the layout's rule
+        memory=activation_bytes,
+        time=micro_batches_per_step,
+        contract=ContractField(name="micro_batch", json_type="integer", description="sequences per micro-batch per GPU"),
+        display=lambda plan: f"micro-batch {plan['micro_batch']}",  # on the batch line
+        exports={"deepspeed": Export(apply=_deepspeed),
+                 "vllm": Export(not_exported="a training plan has no vLLM export (serving batches are the slots)")},
+        sources=("Narayanan et al. 2021, Fig. 7 (throughput vs micro-batch size)",
+                 "DeepSpeed config-json: train_micro_batch_size_per_gpu"),
+    ),
 )
 
 TECHNIQUES = (MICRO_BATCH,)

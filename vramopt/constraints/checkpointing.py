@@ -1,14 +1,52 @@
 """Activation checkpointing: none, selective (attention core recomputed, Korthikanti et al.
 2022), or full recomputation with a checkpoint every k layers for each k dividing the
-layers of a pipeline stage (filtered per layout)."""
+layers of a pipeline stage (filtered per layout).
+
+Its memory term is the checkpoint and recomputation-buffer share of
+``costs/memory.activation_bytes`` (the one place the activation coupling of tp, sp, cp,
+checkpointing, flash attention and the pipeline schedule is written); its time term the
+recomputed FLOPs of ``costs/compute.recompute_flops_per_token``.
+"""
 
 from __future__ import annotations
 
+import math
+
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.parallelism import divisors
 from vramopt.constraints.technique import Technique
-from vramopt.costs.columns import CHECKPOINT_EVERY
+from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
+from vramopt.costs.compute import recompute_flops_per_token
+from vramopt.costs.memory import activation_bytes
 from vramopt.errors import InputError
-from vramopt.plan import checkpointing_name, parse_checkpointing
+from vramopt.types import MAX_COUNT
+
+
+def parse_checkpointing(text: str) -> tuple[int, int]:
+    """'none' -> (0, 0); 'selective' -> (1, 0); 'every:K' / 'full' -> (2, K)."""
+    value = str(text).strip().lower()
+    if value == "none":
+        return CHECKPOINT_NONE, 0
+    if value == "selective":
+        return CHECKPOINT_SELECTIVE, 0
+    if value == "full":
+        return CHECKPOINT_EVERY, 1
+    if value.startswith("every:"):
+        try:
+            every = int(value.split(":", 1)[1])
+        except ValueError:
+            every = 0
+        if 1 <= every <= MAX_COUNT:
+            return CHECKPOINT_EVERY, every
+    raise InputError(f"checkpointing '{text}' is not one of none, selective, full, every:K (K a positive integer)")
+
+
+def checkpointing_name(kind: int, every: int) -> str:
+    if kind == CHECKPOINT_NONE:
+        return "none"
+    if kind == CHECKPOINT_SELECTIVE:
+        return "selective"
+    return f"every:{every}"
 
 
 def _parse(text: str) -> str:
@@ -25,6 +63,39 @@ def _columns(value: str) -> dict[str, int]:
     return {"checkpoint_kind": kind, "checkpoint_every": every}
 
 
+def checkpointing_invalid_reasons(case, columns) -> dict:
+    return {
+        "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
+        & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > case.model.layers // columns.pipeline_parallel)),
+    }
+
+
+def _deepspeed(draft: ExportDraft) -> list[str]:
+    kind, every = parse_checkpointing(draft.plan["checkpointing"])
+    if kind == CHECKPOINT_NONE:
+        return []
+    if kind == CHECKPOINT_SELECTIVE:
+        return ["checkpointing selective (recompute the attention core only) is a Megatron-LM notion "
+                "(--recompute-granularity selective) with no DeepSpeed config key; use Megatron-DeepSpeed, "
+                "or FlashAttention, whose backward already recomputes the attention scores"]
+    layers_per_stage = math.ceil(draft.model["layers"] / draft.plan["pipeline_parallel"])
+    draft.content["activation_checkpointing"] = {
+        # Shard the checkpointed inputs over the tensor-parallel group: what sequence
+        # parallelism does to them in the plan's activation model (Korthikanti et al. 2022).
+        "partition_activations": bool(draft.plan["sequence_parallel"]),
+        "cpu_checkpointing": False,
+        "contiguous_memory_optimization": False,
+        # Checkpoints one GPU holds: its pipeline stage's layers, one per block of K.
+        "number_checkpoints": math.ceil(layers_per_stage / every),
+        "synchronize_checkpoint_boundary": False,
+        "profile": False,
+    }
+    return [f"checkpointing every:{every}: DeepSpeed recomputes only where the model calls "
+            f"deepspeed.checkpointing.checkpoint; wrap each block of {every} layer{'s' if every > 1 else ''} in one call "
+            f"(PipelineModule(activation_checkpoint_interval={every}) with pipeline parallelism, "
+            "Megatron-DeepSpeed --checkpoint-activations; a Hugging Face model's gradient_checkpointing_enable() is every:1)"]
+
+
 CHECKPOINTING = Technique(
     field="checkpointing",
     group="activation",
@@ -33,6 +104,21 @@ CHECKPOINTING = Technique(
     default_values=_default_values,
     columns=_columns,
     decode=lambda codes: checkpointing_name(int(codes["checkpoint_kind"]), int(codes["checkpoint_every"])),
+    contribution=Contribution(
+        validity=checkpointing_invalid_reasons,
+        memory=activation_bytes,
+        time=recompute_flops_per_token,
+        contract=ContractField(name="checkpointing", json_type="string",
+                               description="activation checkpointing: none, selective, or every:K (full recomputation, "
+                                           "a checkpoint every K layers)"),
+        display=lambda plan: f"checkpointing {plan['checkpointing']}",
+        display_line="memory",
+        exports={"deepspeed": Export(apply=_deepspeed),
+                 "vllm": Export(not_exported="serving keeps no activations for a backward pass; a training plan has no vLLM export")},
+        sources=("Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost",
+                 "Korthikanti et al. 2022 (selective activation recomputation) and Table 2",
+                 "DeepSpeed config-json: activation_checkpointing"),
+    ),
 )
 
 
@@ -42,4 +128,4 @@ def segment_fits_stage(value: str, layers_per_stage: int) -> bool:
 
 
 TECHNIQUES = (CHECKPOINTING,)
-__all__ = ["CHECKPOINTING", "InputError", "segment_fits_stage"]
+__all__ = ["CHECKPOINTING", "InputError", "checkpointing_name", "parse_checkpointing", "segment_fits_stage"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vramopt.constraints.contribution import Contribution, ContractField, Export
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import DomainContext, Technique, parse_int
 from vramopt.costs.context_parallel import (
     context_parallel_invalid_reasons,
@@ -56,8 +56,8 @@ EXPORT_NOTES = {
 """What each exporter says about a plan with cp > 1 (no exporter writes a CP setting)."""
 
 
-def _deepspeed(plan: Mapping[str, Any], content: dict[str, Any]) -> list[str]:
-    degree = plan.get("context_parallel", 1)
+def _deepspeed(draft: ExportDraft) -> list[str]:
+    degree = draft.plan.get("context_parallel", 1)
     return [EXPORT_NOTES["deepspeed"].format(cp=degree)] if degree > 1 else []
 
 
@@ -93,6 +93,8 @@ CONTEXT_PARALLEL = Technique(
                         "gpus = tp x cp x pp x dp; gradients and ZeRO shard over dp x cp",
         ),
         display=display,
+        display_line="parallel",
+        display_separator=" ",
         exports={
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),

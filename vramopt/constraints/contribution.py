@@ -29,12 +29,26 @@ class ContractField:
     enum: tuple = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ExportDraft:
+    """What an exporter hands each technique: the response's plan (checked against the
+    contract, with the defaults of older responses filled in) and model, the framework's
+    configuration being built (``content``, edited in place) and the exporter's table of
+    documented settings (``setting(name)``)."""
+
+    plan: Mapping[str, Any]
+    model: Mapping[str, Any]
+    content: dict[str, Any]
+    setting: Callable[[str], Any]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Export:
     """How one exporter carries the technique: ``apply`` edits the exporter's content and
     returns its notes, or ``not_exported`` says why the target has nothing for it."""
 
-    apply: Callable[[Any, dict[str, Any]], list[str]] | None = None
+    apply: Callable[[ExportDraft], list[str]] | None = None
+    """Edits ``draft.content`` and returns the notes on what the target cannot say."""
     not_exported: str = ""
 
     def __post_init__(self) -> None:
@@ -52,12 +66,32 @@ class Contribution:
     """The technique's time term or the factor it applies to a shared one."""
     contract: ContractField
     display: Callable[[Mapping[str, Any]], str]
-    """Plan dict -> the text of its line (or phrase) in the table display."""
+    """Plan dict -> its phrase in the table display ('' to show nothing for this plan)."""
+    display_line: str = ""
+    """The line of the plan table its phrase joins (``DISPLAY_LINES``); '' when the phrase
+    is part of a line the display composes from several values (hardware, batch)."""
+    display_separator: str = ", "
+    """What goes before its phrase on the line: ', ' or ' ' (the degrees tp=2 cp=1 pp=4)."""
     exports: Mapping[str, Export]
     sources: tuple[str, ...]
 
 
 JSON_TYPES = ("string", "integer", "boolean", "number")
+DISPLAY_LINES = ("parallel", "memory", "precision", "")
+"""Lines of the training plan table built from technique phrases, in registry.PLAN_ORDER."""
+
+
+def no_term(*arguments: Any) -> float:
+    """The memory (or time) term of a technique that has none: it changes only the other
+    quantity (gradient precision on the wire costs time, not memory). Declared, not left out,
+    so that a missing term is a decision someone wrote down."""
+    return 0.0
+
+
+def no_rules(case: Any, columns: Any) -> dict[str, Any]:
+    """The validity of a technique with no rule of its own: every value it takes is well
+    formed on its own (the rules that involve it belong to the technique that adds them)."""
+    return {}
 
 
 def missing_parts(technique) -> list[str]:
@@ -66,6 +100,8 @@ def missing_parts(technique) -> list[str]:
     if not isinstance(contribution, Contribution):
         return ["contribution"]
     missing = [name for name in ("validity", "memory", "time", "display") if not callable(getattr(contribution, name, None))]
+    if contribution.display_line not in DISPLAY_LINES or contribution.display_separator not in (", ", " "):
+        missing.append("display")
     contract = contribution.contract
     if not (isinstance(contract, ContractField) and contract.name == technique.field and contract.json_type in JSON_TYPES
             and contract.description):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vramopt.constraints.contribution import Contribution, ContractField, Export
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import Technique, parse_choice
 from vramopt.costs.optimizer_states import (
     BY_NAME,
@@ -35,11 +35,13 @@ from vramopt.costs.optimizer_states import (
 )
 
 def display(plan: Mapping[str, Any]) -> str:
-    return f"optimizer {BY_NAME[plan.get('optimizer', 'adam')].label}"
-
-
-def _deepspeed(plan: Mapping[str, Any], content: dict[str, Any]) -> list[str]:
+    """Shown only when the plan's optimizer is not Adam, the format every plan assumed before."""
     name = plan.get("optimizer", "adam")
+    return "" if name == "adam" else f"optimizer {BY_NAME[name].label}"
+
+
+def _deepspeed(draft: ExportDraft) -> list[str]:
+    name = draft.plan.get("optimizer", "adam")
     if name == "adam":
         return ["optimizer: the plan's memory assumes Adam/AdamW (fp32 master weights, momentum and variance, "
                 "12 bytes per parameter); configure it in the config's 'optimizer' section or in code"]
@@ -72,6 +74,7 @@ OPTIMIZER = Technique(
                         "block-wise 8-bit), adafactor (factored second moment, no momentum), sgd (momentum)",
         ),
         display=display,
+        display_line="memory",
         exports={
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving runs no optimizer; a training plan has no vLLM export"),

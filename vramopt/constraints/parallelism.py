@@ -10,7 +10,18 @@ replica beyond 8 stages only adds latency); data parallel is derived,
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+import numpy as np
+
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_int
+from vramopt.costs.activations import layer_bytes
+from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
+from vramopt.costs.compute import effective_flops_per_s
+from vramopt.costs.memory import in_flight_micro_batches, parameters_per_gpu
+from vramopt.costs.training import gpus_on_busiest_node
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import WORKLOADS
 
 
@@ -50,6 +61,106 @@ def _tensor_parallel_values(context: DomainContext) -> tuple[int, ...]:
     return powers_of_two_up_to(limit)
 
 
+# ---------------------------------------------------------------------------------------
+# Validity, terms, display and DeepSpeed notes of the layout fields
+
+
+def layout_invalid_reasons(case, columns) -> dict[str, Any]:
+    """The layout's divisibility rules (ParallelLayout: heads, layers, gpus = tp x cp x pp x
+    dp, the global batch), owned by the tensor-parallel field because tp is the degree they
+    constrain first."""
+    model = case.model
+    return ParallelLayout.from_columns(columns).invalid_reasons(
+        gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
+        global_batch=case.global_batch, micro_batch=columns.micro_batch)
+
+
+def virtual_stages_invalid_reasons(case, columns) -> dict[str, Any]:
+    """Megatron-LM's interleaved schedule: a pipeline, whole chunks per stage, and a
+    micro-batch count the schedule can split (Narayanan et al. 2021 section 2.2.2)."""
+    p, v = columns.pipeline_parallel, columns.virtual_stages
+    micro_batches = ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
+    return {
+        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
+        & ((p == 1) | ((case.model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
+    }
+
+
+def sequence_parallel_invalid_reasons(case, columns) -> dict[str, Any]:
+    return {"sequence_parallel needs tensor_parallel > 1": (columns.sequence_parallel == 1) & (columns.tensor_parallel == 1)}
+
+
+def _tensor_parallel_notes(draft: ExportDraft) -> list[str]:
+    degree = draft.plan["tensor_parallel"]
+    if degree == 1:
+        return []
+    return [f"tensor parallel {degree}: not in this config; use Megatron-DeepSpeed "
+            f"(--tensor-model-parallel-size {degree}) and pass its mpu to deepspeed.initialize, or, in "
+            f"DeepSpeed releases with AutoTP training, add \"tensor_parallel\": {{\"autotp_size\": {degree}}}"]
+
+
+def _pipeline_parallel_notes(draft: ExportDraft) -> list[str]:
+    stages, zero_stage = draft.plan["pipeline_parallel"], draft.plan["zero_stage"]
+    if stages == 1:
+        return []
+    notes = [f"pipeline parallel {stages}: not in this config; build the model as "
+             f"deepspeed.pipe.PipelineModule(layers=..., num_stages={stages}) and train with engine.train_batch()"]
+    if zero_stage >= 2:
+        notes.append(
+            f"zero_stage {zero_stage} with pipeline parallelism: DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 "
+            "('ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'); run this plan with ZeRO-1 "
+            "(unsharded gradients: more memory than the plan counts) or with Megatron-LM's pipeline and distributed optimizer"
+        )
+    return notes
+
+
+def _data_parallel_notes(draft: ExportDraft) -> list[str]:
+    plan = draft.plan
+    layout = ParallelLayout(tensor_parallel=plan["tensor_parallel"], pipeline_parallel=plan["pipeline_parallel"],
+                            data_parallel=plan["data_parallel"])
+    if layout.model_parallel == 1:
+        return []
+    return [f"data parallel {plan['data_parallel']}: DeepSpeed takes the data-parallel world size from the model-parallel "
+            f"groups (the mpu or PipelineModule); without them it counts all {layout.world_size} GPUs "
+            "and train_batch_size no longer matches"]
+
+
+def _virtual_stages_notes(draft: ExportDraft) -> list[str]:
+    chunks = draft.plan["virtual_stages"]
+    if chunks == 1:
+        return []
+    return [f"interleaved pipeline ({chunks} virtual stages per GPU): DeepSpeed's pipeline schedule is plain 1F1B; "
+            f"use Megatron-LM --num-layers-per-virtual-pipeline-stage, or expect a larger bubble than the plan's"]
+
+
+def _sequence_parallel_notes(draft: ExportDraft) -> list[str]:
+    if not draft.plan["sequence_parallel"]:
+        return []
+    return ["sequence parallel: Megatron-style (norm and dropout activations sharded over the tensor-parallel group, "
+            "Megatron-DeepSpeed --sequence-parallel); DeepSpeed's own sequence parallelism (Ulysses) is a different scheme"]
+
+
+def _launch_notes(draft: ExportDraft) -> list[str]:
+    plan = draft.plan
+    gpu, gpus, nodes = plan["gpu"], plan["gpus"], plan.get("nodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1 and gpus % nodes == 0:
+        placement = f" on {nodes} node{'s' if nodes > 1 else ''}"
+        command = f"deepspeed --num_nodes {nodes} --num_gpus {gpus // nodes} train.py --deepspeed_config ds_config.json"
+    else:
+        placement, command = "", "deepspeed --num_nodes M --num_gpus G train.py --deepspeed_config ds_config.json"
+    return [f"launch: {gpus} x {gpu}{placement}; the world size comes from the launcher, not the config ({command})"]
+
+
+def _on_off(value: Any) -> str:
+    return "on" if value else "off"
+
+
+TRAINING_ONLY_VLLM = "a training plan has no vLLM export"
+SERVING_VLLM = "written by the vLLM exporter's own arguments (exporters/vllm.py: --tensor-parallel-size, --pipeline-parallel-size)"
+NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
+KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models"
+
+
 GPU = Technique(
     field="gpu",
     group="key",
@@ -59,6 +170,16 @@ GPU = Technique(
     columns=lambda value: {},
     decode=lambda codes: None,
     workloads=WORKLOADS,
+    contribution=Contribution(
+        validity=no_rules,  # its precision support is the precision field's rule
+        memory=lambda case: float(case.gpu.memory_bytes),  # the capacity every term is held against
+        time=effective_flops_per_s,
+        contract=ContractField(name="gpu", json_type="string", description="GPU type (catalog name, `vramopt gpus`)"),
+        display=lambda plan: str(plan["gpu"]),  # on the hardware line, with the count and nodes
+        exports={"deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),
+                 "vllm": Export(not_exported=SERVING_VLLM)},
+        sources=("hardware/gpus/*.toml: each GPU's datasheet and CUDA-runtime-reported memory",),
+    ),
 )
 
 GPUS = Technique(
@@ -70,6 +191,15 @@ GPUS = Technique(
     columns=lambda value: {"gpus": value},
     decode=lambda codes: int(codes["gpus"]),
     workloads=WORKLOADS,
+    contribution=Contribution(
+        validity=no_rules,  # gpus = tp x cp x pp x dp is the layout's rule (tensor_parallel)
+        memory=gpus_on_busiest_node,  # host RAM and NVMe are held per node
+        time=group_bandwidth,
+        contract=ContractField(name="gpus", json_type="integer", description="GPU count = tp x cp x pp x dp"),
+        display=lambda plan: f"{plan['gpus']} x {plan['gpu']}",
+        exports={"deepspeed": Export(apply=_launch_notes), "vllm": Export(not_exported=SERVING_VLLM)},
+        sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",),
+    ),
 )
 
 TENSOR_PARALLEL = Technique(
@@ -81,6 +211,17 @@ TENSOR_PARALLEL = Technique(
     columns=lambda value: {"tensor_parallel": value},
     decode=lambda codes: int(codes["tensor_parallel"]),
     workloads=WORKLOADS,
+    contribution=Contribution(
+        validity=layout_invalid_reasons,
+        memory=parameters_per_gpu,
+        time=tensor_parallel_seconds_per_micro_batch,
+        contract=ContractField(name="tensor_parallel", json_type="integer",
+                               description="tensor-parallel degree (Megatron-LM column/row-parallel layers)"),
+        display=lambda plan: f"tp={plan['tensor_parallel']}",
+        display_line="parallel",
+        exports={"deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(not_exported=SERVING_VLLM)},
+        sources=(f"Shoeybi et al. 2019, Megatron-LM, section 3; {NARAYANAN}, section 2.3 and takeaway 1",),
+    ),
 )
 
 PIPELINE_PARALLEL = Technique(
@@ -94,16 +235,40 @@ PIPELINE_PARALLEL = Technique(
     columns=lambda value: {"pipeline_parallel": value},
     decode=lambda codes: int(codes["pipeline_parallel"]),
     workloads=WORKLOADS,
+    contribution=Contribution(
+        validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
+        memory=in_flight_micro_batches,
+        time=ParallelLayout.pipeline_slots,
+        contract=ContractField(name="pipeline_parallel", json_type="integer", description="pipeline stages (equal layer counts)"),
+        display=lambda plan: f"pp={plan['pipeline_parallel']}",
+        display_line="parallel",
+        display_separator=" ",
+        exports={"deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(not_exported=SERVING_VLLM)},
+        sources=(f"{NARAYANAN}, section 2.2.1 (1F1B: min(p, m) micro-batches in flight, bubble (p - 1) / m)",
+                 "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)"),
+    ),
 )
 
 DATA_PARALLEL = Technique(
     field="data_parallel",
     group="key",
-    description="data parallel degree (derived: gpus / (tp * pp))",
+    description="data parallel degree (derived: gpus / (tp * cp * pp))",
     parse=parse_int("data_parallel", 1),
     default_values=lambda context: (),
     columns=lambda value: {"data_parallel": value},
     decode=lambda codes: int(codes["data_parallel"]),
+    derived=True,
+    contribution=Contribution(
+        validity=no_rules,  # derived from the GPU count: the layout's rule (tensor_parallel)
+        memory=lambda columns, zero_stage: ParallelLayout.from_columns(columns).optimizer_zero_shards(zero_stage),
+        time=data_parallel_seconds_per_step,
+        contract=ContractField(name="data_parallel", json_type="integer", description="data-parallel replicas = gpus / (tp x cp x pp)"),
+        display=lambda plan: f"dp={plan['data_parallel']}",
+        display_line="parallel",
+        display_separator=" ",
+        exports={"deepspeed": Export(apply=_data_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        sources=("PyTorch DistributedDataParallel; Rajbhandari et al. 2020, ZeRO, section 5 (states sharded over dp)",),
+    ),
 )
 
 SEQUENCE_PARALLEL = Technique(
@@ -114,6 +279,17 @@ SEQUENCE_PARALLEL = Technique(
     default_values=lambda context: (True, False),
     columns=lambda value: {"sequence_parallel": int(value)},
     decode=lambda codes: bool(codes["sequence_parallel"]),
+    contribution=Contribution(
+        validity=sequence_parallel_invalid_reasons,
+        memory=layer_bytes,
+        time=tensor_parallel_seconds_per_micro_batch,  # all-gather + reduce-scatter replace the all-reduces
+        contract=ContractField(name="sequence_parallel", json_type="boolean",
+                               description="sequence parallelism: norm/dropout activations sharded over the tensor-parallel group"),
+        display=lambda plan: f"sequence parallel {_on_off(plan['sequence_parallel'])}",
+        display_line="parallel",
+        exports={"deepspeed": Export(apply=_sequence_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        sources=(f"{KORTHIKANTI} (sequence parallelism) and Table 2",),
+    ),
 )
 
 VIRTUAL_STAGES = Technique(
@@ -124,6 +300,17 @@ VIRTUAL_STAGES = Technique(
     default_values=lambda context: (1, 2, 4),
     columns=lambda value: {"virtual_stages": value},
     decode=lambda codes: int(codes["virtual_stages"]),
+    contribution=Contribution(
+        validity=virtual_stages_invalid_reasons,
+        memory=in_flight_micro_batches,
+        time=ParallelLayout.pipeline_slots,
+        contract=ContractField(name="virtual_stages", json_type="integer",
+                               description="interleaved pipeline: model chunks per GPU (1 = plain 1F1B)"),
+        display=lambda plan: f"virtual stages {plan['virtual_stages']}",
+        display_line="parallel",
+        exports={"deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        sources=(f"{NARAYANAN}, section 2.2.2 (bubble (p - 1) / (v m))", f"{KORTHIKANTI}, section 4.2.3 (1 + (p - 1) / (p v) in flight)"),
+    ),
 )
 
 TECHNIQUES = (GPU, GPUS, TENSOR_PARALLEL, PIPELINE_PARALLEL, DATA_PARALLEL, SEQUENCE_PARALLEL, VIRTUAL_STAGES)

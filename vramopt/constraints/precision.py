@@ -11,8 +11,16 @@ vramopt does not price, so it is opt-in).
 
 from __future__ import annotations
 
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules, no_term
 from vramopt.constraints.technique import DomainContext, Technique, parse_choice
+from vramopt.costs.communication import data_parallel_seconds_per_step
+from vramopt.costs.compute import effective_flops_per_s, peak_flops_per_s
+from vramopt.costs.memory import weight_bytes_per_parameter
 from vramopt.types import PRECISIONS
+
+COMMUNICATION_DATA_TYPES = ("fp16", "bf16", "fp32")
+"""What DeepSpeed's communication_data_type accepts (deepspeed/runtime/config.py, get_communication_data_type)."""
+TRAINING_ONLY_VLLM = "a training plan has no vLLM export (serving's weight format is the quantization field)"
 
 PREFERENCE = ("bf16", "fp8", "fp16", "fp32", "fp4")
 """Tie-break order among precisions: the safe default first."""
@@ -26,6 +34,49 @@ def _default_precisions(context: DomainContext) -> tuple[str, ...]:
     return tuple(value for value in wanted if value in context.supported_precisions)
 
 
+def precision_invalid_reasons(case, columns) -> dict:
+    return {"the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0}
+
+
+def _deepspeed_precision(draft: ExportDraft) -> list[str]:
+    precision, setting = draft.plan["precision"], draft.setting
+    if precision == "bf16":
+        draft.content["bf16"] = {"enabled": True}
+        return []
+    if precision == "fp16":
+        draft.content["fp16"] = {
+            "enabled": True,
+            "loss_scale": setting("loss_scale"),
+            "initial_scale_power": setting("initial_scale_power"),
+            "loss_scale_window": setting("loss_scale_window"),
+            "hysteresis": setting("hysteresis"),
+            "min_loss_scale": setting("min_loss_scale"),
+        }
+        return []
+    if precision == "fp32":
+        return []  # neither fp16 nor bf16 enabled: DeepSpeed trains in fp32
+    # fp8 and fp4: the config has no switch; bf16 is the precision around the low-precision GEMMs.
+    draft.content["bf16"] = {"enabled": True}
+    library = "Transformer Engine (te.fp8_autocast) or MS-AMP" if precision == "fp8" else "Transformer Engine's NVFP4 recipe"
+    return [f"precision {precision}: the DeepSpeed config has no {precision} switch; bf16 is enabled and the "
+            f"{precision} matrix multiplications come from {library} in the model code"]
+
+
+def _deepspeed_communication(draft: ExportDraft) -> list[str]:
+    """communication_data_type when the wire precision differs from DeepSpeed's default (the
+    training dtype)."""
+    precision, wire = draft.plan["precision"], draft.plan["grad_comm_precision"]
+    regime = "bf16" if precision in ("fp8", "fp4") else precision
+    if wire == regime:
+        return []
+    if wire in COMMUNICATION_DATA_TYPES:
+        draft.content["communication_data_type"] = wire
+        return []
+    return [f"grad_comm_precision {wire}: DeepSpeed's communication_data_type takes only "
+            f"{', '.join(COMMUNICATION_DATA_TYPES)}; gradients travel in {regime}, twice or more the bytes the plan "
+            "assumed, so the data-parallel time is optimistic (ZeRO++ zero_quantized_gradients is a different, int4 scheme)"]
+
+
 PRECISION = Technique(
     field="precision",
     group="key",
@@ -34,6 +85,18 @@ PRECISION = Technique(
     default_values=_default_precisions,
     columns=lambda value: {"precision": PRECISIONS.index(value)},
     decode=lambda codes: PRECISIONS[int(codes["precision"])],
+    contribution=Contribution(
+        validity=precision_invalid_reasons,
+        memory=weight_bytes_per_parameter,
+        time=effective_flops_per_s,
+        contract=ContractField(name="precision", json_type="string", enum=PRECISIONS,
+                               description="compute precision (fp32 master weights and optimizer states stay fp32)"),
+        display=lambda plan: f"{plan['precision']} compute",
+        display_line="precision",
+        exports={"deepspeed": Export(apply=_deepspeed_precision), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        sources=("Micikevicius et al. 2018, Mixed Precision Training; Micikevicius et al. 2022, FP8 Formats for Deep Learning",
+                 "GPU datasheets: dense tensor-core peak per precision (hardware/gpus/*.toml)"),
+    ),
 )
 
 SAME_AS_PRECISION = "same"
@@ -46,6 +109,17 @@ GRAD_COMM_PRECISION = Technique(
     default_values=lambda context: (SAME_AS_PRECISION,),
     columns=lambda value: {"grad_comm_precision": PRECISIONS.index(value)},
     decode=lambda codes: PRECISIONS[int(codes["grad_comm_precision"])],
+    contribution=Contribution(
+        validity=no_rules,
+        memory=no_term,  # the gradients are held at the training precision; only the wire changes
+        time=data_parallel_seconds_per_step,
+        contract=ContractField(name="grad_comm_precision", json_type="string", enum=PRECISIONS,
+                               description="precision of gradients in data-parallel communication"),
+        display=lambda plan: f"{plan['grad_comm_precision']} gradient communication",
+        display_line="precision",
+        exports={"deepspeed": Export(apply=_deepspeed_communication), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        sources=("DeepSpeed config-json: communication_data_type", "Peng et al. 2023, FP8-LM (fp8 gradient all-reduce)"),
+    ),
 )
 
 TECHNIQUES = (PRECISION, GRAD_COMM_PRECISION)

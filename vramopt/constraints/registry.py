@@ -28,15 +28,26 @@ MODULES = (parallelism, context_parallel, precision, batching, zero, offload, op
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
-NOT_MIGRATED = (
-    "gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "virtual_stages",
-    "precision", "grad_comm_precision", "micro_batch", "zero_stage", "offload", "checkpointing",
-    "flash_attention", "quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding",
+NOT_MIGRATED = ("quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding")
+"""Techniques whose parts still live in the shared modules rather than in a ``Contribution``:
+the serving fields, whose terms are one coupled function (costs/inference.evaluate_serving)
+and whose display and vLLM export are still written out in display_solve.py and
+exporters/vllm.py. tests/unit/test_technique_completeness.py fails when a technique outside
+this list lacks any part, so a new technique cannot be registered half-done."""
+
+PLAN_ORDER = (
+    "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel",
+    "sequence_parallel", "virtual_stages", "zero_stage", "checkpointing", "precision", "grad_comm_precision",
+    "offload", "optimizer", "flash_attention", "seq_len", "micro_batch", "grad_accumulation", "global_batch",
 )
-"""Techniques whose parts still live in the shared modules (costs/, cli.py, display.py, the
-exporters) rather than in a ``Contribution``; tests/unit/test_technique_completeness.py
-fails when a technique outside this list lacks any part, so a new technique cannot be
-registered half-done. Shrink it as techniques migrate."""
+"""The training plan's fields in the order of the JSON contract's ``plan`` object, of the
+table display's phrases and of the exporters' notes: every training technique, and the
+workload's values the response adds (``WORKLOAD_PLAN_FIELDS``). A new technique takes its
+place here."""
+
+WORKLOAD_PLAN_FIELDS = ("nodes", "seq_len", "grad_accumulation", "global_batch")
+"""Values in the response's plan that no technique decides: the nodes the GPUs span, and the
+workload's batch (seq_len, global_batch) with the accumulation it implies."""
 
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
@@ -45,6 +56,11 @@ SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "qu
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
 """Serving is not separable (the KV cache couples slots and dtype): all its non-key choices
 form one group, the 'state' items, and the activation group is a single neutral item."""
+
+
+def training_techniques() -> tuple[Technique, ...]:
+    """The training techniques in ``PLAN_ORDER``."""
+    return tuple(BY_FIELD[name] for name in PLAN_ORDER if name not in WORKLOAD_PLAN_FIELDS)
 
 
 def technique(field: str) -> Technique:

@@ -57,6 +57,9 @@ class Technique:
     """PlanColumns codes of the chosen row -> the plan value."""
     workloads: tuple[str, ...] = TRAINING_KINDS
     """The workloads whose plans have this field."""
+    derived: bool = False
+    """A field the layout computes from the others (data_parallel): it is in the response's
+    plan and the display, not in ``TrainingPlan``."""
     contribution: Any = None
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); None for the techniques whose parts

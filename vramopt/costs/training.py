@@ -18,9 +18,9 @@ import numpy as np
 
 from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
+from vramopt.costs.columns import PlanColumns
 from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
-from vramopt.costs.context_parallel import context_parallel_invalid_reasons, ring_seconds_per_micro_batch
+from vramopt.costs.context_parallel import ring_seconds_per_micro_batch
 from vramopt.costs.compute import (
     hardware_flops_per_token,
     micro_batch_compute_seconds,
@@ -34,8 +34,8 @@ from vramopt.costs.memory import (
     offloaded_bytes_per_gpu,
     parameters_per_gpu,
 )
-from vramopt.costs.offload import offload_invalid_reasons, offload_seconds_per_step
-from vramopt.costs.optimizer_states import optimizer_invalid_reasons, optimizer_step_seconds
+from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.costs.optimizer_states import optimizer_step_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -71,28 +71,6 @@ def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray
     return np.minimum(columns.gpus, case.gpu.node.gpus_per_node)
 
 
-def invalid_reasons(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
-    """Masks of plans that are not well formed, keyed by a readable reason."""
-    model = case.model
-    t, p, v = columns.tensor_parallel, columns.pipeline_parallel, columns.virtual_stages
-    layout = ParallelLayout.from_columns(columns)
-    micro_batches = layout.micro_batches(case.global_batch, columns.micro_batch)
-    return {
-        # heads, layers, gpus = tp x cp x pp x dp, global batch, expert groups (parallel_layout.py)
-        **layout.invalid_reasons(gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
-                                 global_batch=case.global_batch, micro_batch=columns.micro_batch),
-        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
-        & ((p == 1) | ((model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
-        "sequence_parallel needs tensor_parallel > 1": (columns.sequence_parallel == 1) & (t == 1),
-        "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
-        & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > model.layers // p)),
-        **offload_invalid_reasons(columns.offload, columns.zero_stage),
-        "the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0,
-        **context_parallel_invalid_reasons(case.seq_len, columns),
-        **optimizer_invalid_reasons(case.trainable_fraction, columns),
-    }
-
-
 def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
     micro_batches = micro_batches_per_step(case, columns)
@@ -122,7 +100,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     ) / columns.context_parallel
     tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
     ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
-    slots = micro_batches + (columns.pipeline_parallel - 1.0) / columns.virtual_stages
+    slots = ParallelLayout.from_columns(columns).pipeline_slots(micro_batches, columns.virtual_stages)
     pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"]) * slots
     data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param

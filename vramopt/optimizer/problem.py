@@ -25,7 +25,8 @@ from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.context_parallel import whole_tile_chunks
-from vramopt.costs.training import evaluate_training, invalid_reasons
+from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
+from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
 from vramopt.models import load_model
