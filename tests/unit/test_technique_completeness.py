@@ -178,3 +178,17 @@ def test_a_phrase_a_technique_stops_declaring_leaves_the_table(monkeypatch):
     quiet = dataclasses.replace(zero, contribution=dataclasses.replace(zero.contribution, display=lambda plan: ""))
     monkeypatch.setitem(registry.BY_FIELD, "zero_stage", quiet)
     assert "ZeRO-1" not in render_plan(_estimate().to_dict())
+
+
+def test_the_item_groups_are_the_techniques_of_each_group():
+    """problem.py builds the state and activation items from these lists and each technique's
+    domain and neutral value: a technique of either group must be in its list."""
+    for group, fields in (("state", registry.STATE_FIELDS), ("activation", registry.ACTIVATION_FIELDS)):
+        members = {technique.field for technique in registry.training_techniques() if technique.group == group}
+        assert set(fields) == members, group
+        for field in fields:
+            technique = registry.technique(field)
+            assert technique.neutral is not None, f"{field} declares no neutral value"
+            technique.columns(technique.neutral)  # a value the technique can write
+    keys = {technique.field for technique in registry.training_techniques() if technique.group == "key"}
+    assert set(registry.KEY_FIELDS) == keys

@@ -28,6 +28,7 @@ FLASH_ATTENTION = Technique(
     default_values=lambda context: (True, False),
     columns=lambda value: {"flash_attention": int(value)},
     decode=lambda codes: bool(codes["flash_attention"]),
+    neutral=True,
     contribution=Contribution(
         validity=no_rules,  # cp > 1 needs it: context parallelism's rule
         memory=layer_bytes,

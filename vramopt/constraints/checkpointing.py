@@ -104,6 +104,7 @@ CHECKPOINTING = Technique(
     default_values=_default_values,
     columns=_columns,
     decode=lambda codes: checkpointing_name(int(codes["checkpoint_kind"]), int(codes["checkpoint_every"])),
+    neutral="none",
     contribution=Contribution(
         validity=checkpointing_invalid_reasons,
         memory=activation_bytes,

@@ -61,6 +61,7 @@ OFFLOAD = Technique(
     default_values=lambda context: OFFLOAD_NAMES,
     columns=lambda value: {"offload": OFFLOAD_NAMES.index(value)},
     decode=lambda codes: OFFLOAD_NAMES[int(codes["offload"])],
+    neutral="none",
     contribution=Contribution(
         validity=lambda case, columns: offload_invalid_reasons(columns.offload, columns.zero_stage),
         memory=offloaded_bytes_per_gpu,

@@ -64,6 +64,7 @@ OPTIMIZER = Technique(
     default_values=lambda context: ("adam",),
     columns=lambda value: {"optimizer": OPTIMIZER_NAMES.index(value)},
     decode=lambda codes: OPTIMIZER_NAMES[int(codes["optimizer"])],
+    neutral="adam",
     contribution=Contribution(
         validity=lambda case, columns: optimizer_invalid_reasons(case.trainable_fraction, columns),
         memory=state_bytes_per_parameter,

@@ -107,8 +107,10 @@ GRAD_COMM_PRECISION = Technique(
     description="precision of gradients in data-parallel communication",
     parse=parse_choice("grad_comm_precision", PRECISIONS),
     default_values=lambda context: (SAME_AS_PRECISION,),
-    columns=lambda value: {"grad_comm_precision": PRECISIONS.index(value)},
+    # 'same' writes no code: the table takes the key's training precision.
+    columns=lambda value: {} if value == SAME_AS_PRECISION else {"grad_comm_precision": PRECISIONS.index(value)},
     decode=lambda codes: PRECISIONS[int(codes["grad_comm_precision"])],
+    neutral=SAME_AS_PRECISION,
     contribution=Contribution(
         validity=no_rules,
         memory=no_term,  # the gradients are held at the training precision; only the wire changes

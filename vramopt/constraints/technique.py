@@ -57,6 +57,10 @@ class Technique:
     """PlanColumns codes of the chosen row -> the plan value."""
     workloads: tuple[str, ...] = TRAINING_KINDS
     """The workloads whose plans have this field."""
+    neutral: Any = None
+    """For a state or activation technique: the value its group's table assumes while the
+    other group is evaluated (the cost model is separable, so any valid value would do; the
+    declared one is the plain choice: ZeRO-0, no offload, Adam, no checkpointing ...)."""
     derived: bool = False
     """A field the layout computes from the others (data_parallel): it is in the response's
     plan and the display, not in ``TrainingPlan``."""

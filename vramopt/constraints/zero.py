@@ -38,6 +38,7 @@ ZERO_STAGE = Technique(
     default_values=lambda context: (0, 1, 2, 3),
     columns=lambda value: {"zero_stage": value},
     decode=lambda codes: int(codes["zero_stage"]),
+    neutral=0,
     contribution=Contribution(
         validity=no_rules,  # the offload rules that need a ZeRO stage are offload's
         memory=model_state_bytes,

@@ -11,7 +11,6 @@ import difflib
 from typing import Any, Mapping
 
 from vramopt.constraints import registry
-from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import DomainContext
 from vramopt.errors import InputError
 from vramopt.types import SearchSpace
@@ -120,10 +119,3 @@ def domain(field: str, context: DomainContext, choices: Mapping[str, Mapping[str
         values = choices["pin"][field]
     forbidden = choices["forbid"].get(field, ())
     return tuple(value for value in values if value not in forbidden)
-
-
-def grad_comm_domain(context: DomainContext, choices) -> tuple:
-    """'same' (follow the training precision) unless the user named precisions."""
-    values = domain("grad_comm_precision", context, choices)
-    explicit = [value for value in values if value != SAME_AS_PRECISION]
-    return tuple(explicit) if explicit else values

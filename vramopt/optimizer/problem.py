@@ -21,7 +21,7 @@ import numpy as np
 
 from vramopt.constraints import registry
 from vramopt.constraints.parallelism import divisors, gpu_counts
-from vramopt.constraints.precision import PREFERENCE, SAME_AS_PRECISION
+from vramopt.constraints.precision import PREFERENCE
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.context_parallel import whole_tile_chunks
@@ -30,7 +30,7 @@ from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
 from vramopt.models import load_model
-from vramopt.optimizer.domains import check_workload_fields, domain, grad_comm_domain, parsed_user_choices
+from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
 from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names callers import from here)
@@ -50,11 +50,16 @@ from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
-STATE_COLUMNS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
-ACTIVATION_COLUMNS = ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages")
 
-NEUTRAL_STATE = {"zero_stage": 0, "offload": 0, "optimizer": 0}
-NEUTRAL_ACTIVATION = {"checkpoint_kind": 0, "checkpoint_every": 0, "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1}
+
+def neutral_codes(fields: tuple[str, ...]) -> dict[str, int]:
+    """The codes of the group's neutral item (each technique's ``neutral`` value): what the
+    other group's table is evaluated with, which separability makes irrelevant to it."""
+    codes: dict[str, int] = {}
+    for field in fields:
+        technique = registry.technique(field)
+        codes.update(technique.columns(technique.neutral))
+    return codes
 
 
 def build_problem(workload, space: SearchSpace) -> Problem:
@@ -99,8 +104,8 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
 
     # Every GPU type's items, once (in GPU name order, so the --gpu order changes nothing).
     by_name = [contexts[index] for index in sorted(range(len(gpus)), key=lambda index: gpus[index].name)]
-    state_values = _union(_state_items(context, choices) for context in by_name)
-    activation_values = _union(_activation_items(context, choices) for context in by_name)
+    state_values = _union(_items(registry.STATE_FIELDS, context, choices) for context in by_name)
+    activation_values = _union(_items(registry.ACTIVATION_FIELDS, context, choices) for context in by_name)
     if not state_values or not activation_values:
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
@@ -203,26 +208,11 @@ def _union(domains) -> tuple[dict[str, Any], ...]:
     return tuple(seen.values())
 
 
-def _state_items(context, choices) -> tuple[dict[str, Any], ...]:
-    return tuple(
-        {"zero_stage": zero, "offload": offload, "grad_comm_precision": grad, "optimizer": optimizer}
-        for zero, offload, grad, optimizer in itertools.product(
-            domain("zero_stage", context, choices), domain("offload", context, choices), grad_comm_domain(context, choices),
-            domain("optimizer", context, choices),
-        )
-    )
-
-
-def _activation_items(context, choices) -> tuple[dict[str, Any], ...]:
-    return tuple(
-        {"checkpointing": ckpt, "flash_attention": flash, "sequence_parallel": sp, "virtual_stages": v}
-        for ckpt, flash, sp, v in itertools.product(
-            domain("checkpointing", context, choices),
-            domain("flash_attention", context, choices),
-            domain("sequence_parallel", context, choices),
-            domain("virtual_stages", context, choices),
-        )
-    )
+def _items(fields: tuple[str, ...], context, choices) -> tuple[dict[str, Any], ...]:
+    """Every combination of the group's technique values (``registry.STATE_FIELDS`` or
+    ``ACTIVATION_FIELDS``, in that order), each from its technique's domain."""
+    domains = [domain(field, context, choices) for field in fields]
+    return tuple(dict(zip(fields, combination)) for combination in itertools.product(*domains))
 
 
 def _empty_fields(context, choices) -> str:
@@ -241,14 +231,12 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
     for item in items:
         merged: dict[str, int] = {}
         for field_name, value in item.items():
-            if field_name == "grad_comm_precision" and value == SAME_AS_PRECISION:
-                continue
             merged.update(registry.technique(field_name).columns(value))
         for name, code in merged.items():
             item_codes.setdefault(name, []).append(code)
     for name, values in item_codes.items():
         codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
-    neutral = NEUTRAL_ACTIVATION if group == "state" else NEUTRAL_STATE
+    neutral = neutral_codes(registry.ACTIVATION_FIELDS if group == "state" else registry.STATE_FIELDS)
     for name, code in neutral.items():
         codes.setdefault(name, np.full(key_count * item_count, code, dtype=np.int64))
     if "grad_comm_precision" not in codes:
