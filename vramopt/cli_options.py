@@ -190,23 +190,11 @@ def build_plan(options: Mapping[str, Any]):
             mig_profile=options["mig_profile"],
             speculative_decoding=options["speculative_decoding"],
         )
-    return TrainingPlan(
-        gpu=options["gpu"],
-        gpus=options["gpus"],
-        tensor_parallel=options["tensor_parallel"],
-        context_parallel=options["context_parallel"],
-        pipeline_parallel=options["pipeline_parallel"],
-        sequence_parallel=options["sequence_parallel"],
-        virtual_stages=options["virtual_stages"],
-        zero_stage=options["zero_stage"],
-        checkpointing=options["checkpointing"],
-        precision=options["precision"],
-        grad_comm_precision=options["grad_comm_precision"] or options["precision"],
-        offload=options["offload"],
-        flash_attention=options["flash_attention"],
-        micro_batch=options["micro_batch"],
-        optimizer=options["optimizer"],
-    )
+    from vramopt.constraints import registry  # the techniques (and numpy), only once a plan is built
+
+    values = {technique.field: options[technique.field] for technique in registry.training_techniques() if not technique.derived}
+    values["grad_comm_precision"] = values["grad_comm_precision"] or values["precision"]  # default: same as --precision
+    return TrainingPlan(**values)
 
 
 def build_workload(options: Mapping[str, Any]):

@@ -38,7 +38,6 @@ from vramopt.display_solve import (  # noqa: F401 - re-exported
     _plan_brief,
     _requirement_checks,
     _value_text,
-    describe_plan_briefly,
     pack_rows,
     render_front,
     render_infeasible,

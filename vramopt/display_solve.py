@@ -13,14 +13,6 @@ from vramopt.display_training import _context_brief, optimizer_why_line, render_
 # The solver's answer (``solve``): the plan as above, then why, the runners-up, the solver
 
 
-def describe_plan_briefly(plan: Mapping[str, Any]) -> str:
-    return (
-        f"{plan['gpus']}x {plan['gpu']} tp={plan['tensor_parallel']} {_context_brief(plan, 'cp=')}pp={plan['pipeline_parallel']} "
-        f"dp={plan['data_parallel']} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
-        f"ckpt={plan['checkpointing']} micro-batch={plan['micro_batch']}"
-    )
-
-
 def _value_text(value: Any) -> str:
     return on_off(value) if isinstance(value, bool) else str(value)
 

@@ -27,7 +27,7 @@ import pytest
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.objective import constant_mib
-from vramopt.optimizer.oracle import best_per_key, solve_exhaustive
+from vramopt.optimizer.oracle import best_in_keys, solve_exhaustive
 from vramopt.optimizer.problem import build_problem
 from vramopt.types import SearchSpace, ServingWorkload, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB
@@ -51,6 +51,17 @@ REQUESTS = {
     "infer 8b a100-80gb x2 (MIG)": (ServingWorkload(model="llama-3.1-8b", context=4096), SearchSpace(gpus=("a100-80gb",), max_gpus=2)),
     "infer 13b l40s+h100 x4 per-gpu": (ServingWorkload(model="opt-13b", context=2048, max_latency_ms=50.0), SearchSpace(gpus=("l40s", "h100"), max_gpus=4, objective="per-gpu")),
 }
+
+
+def best_per_key(problem, keys: np.ndarray) -> list[Choice]:
+    """Each key's own optimum (keys with no feasible plan are left out)."""
+    result = []
+    for key in keys:
+        choice = best_in_keys(problem, np.array([key]))
+        if choice is not None:
+            result.append(choice)
+    return result
+
 
 
 def _sampled_keys(problem, optimum) -> np.ndarray:

@@ -15,7 +15,7 @@ from vramopt.cluster import gpu_index, parse_cluster, parse_jobs, parse_running
 from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.pack import apply_running, job_options, solve_pack
-from vramopt.optimizer.pack_brute_force import brute_force, fits_capacities
+from tests.oracles.pack_brute_force import brute_force, fits_capacities
 from vramopt.optimizer.pack_greedy import greedy
 from vramopt.optimizer.pack_options import node_count_ladder
 from vramopt.optimizer.pack_value import STEPS_PER_SMALLEST_WEIGHT, Values, objective_of, rank

@@ -192,3 +192,25 @@ def test_the_item_groups_are_the_techniques_of_each_group():
             technique.columns(technique.neutral)  # a value the technique can write
     keys = {technique.field for technique in registry.training_techniques() if technique.group == "key"}
     assert set(registry.KEY_FIELDS) == keys
+
+
+def test_every_training_technique_has_an_estimate_option():
+    """`vramopt estimate` builds its plan from one option per technique (cli_options.build_plan
+    reads them by field name), and the option is refused on serving (TRAINING_ONLY) unless the
+    field is shared with serving plans."""
+    from vramopt.cli import estimate
+    from vramopt.cli_options import TRAINING_ONLY
+
+    options = {parameter.name for parameter in estimate.params}
+    for technique in registry.training_techniques():
+        if technique.derived:
+            continue
+        assert technique.field in options, f"estimate has no option for {technique.field}"
+        if "infer" not in technique.workloads:
+            assert technique.field in TRAINING_ONLY, f"{technique.field} is missing from cli_options.TRAINING_ONLY"
+
+
+def test_the_schema_plan_is_the_plan_order():
+    schema = json.loads(SCHEMA.read_text())
+    training_plan = schema["$defs"]["plan"]
+    assert tuple(training_plan["properties"]) == registry.PLAN_ORDER

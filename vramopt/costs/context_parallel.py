@@ -68,11 +68,6 @@ def tokens_per_rank(seq_len, columns: PlanColumns) -> np.ndarray:
     return ParallelLayout.from_columns(columns).tokens_per_rank(seq_len)
 
 
-def chunk_tokens(seq_len, context_parallel) -> np.ndarray:
-    """Tokens of one load-balanced chunk: s / (2 cp)."""
-    return np.asarray(seq_len, dtype=float) / (LOAD_BALANCED_CHUNKS_PER_RANK * np.asarray(context_parallel, dtype=float))
-
-
 def whole_tile_chunks(seq_len, context_parallel) -> np.ndarray:
     """True where s splits into 2*cp chunks of whole attention tiles (cp = 1 always does)."""
     cp = np.asarray(context_parallel, dtype=np.int64)

@@ -92,13 +92,3 @@ def best_in_keys_by_bound(problem, keys: np.ndarray, lower: np.ndarray, chunk: i
         if choice is not None and (best is None or choice.objective < best.objective):
             best = choice
     return best
-
-
-def best_per_key(problem, keys: np.ndarray) -> list[Choice]:
-    """Each key's own optimum (keys with no feasible plan are left out)."""
-    result = []
-    for key in keys:
-        choice = best_in_keys(problem, np.array([key]))
-        if choice is not None:
-            result.append(choice)
-    return result
