@@ -68,6 +68,10 @@ class ParallelLayout:
             pipeline_parallel=columns.pipeline_parallel,
             data_parallel=columns.data_parallel,
             context_parallel=getattr(columns, "context_parallel", 1),
+            # Expert layers keep tp as their expert-tensor-parallel degree (Megatron-Core's
+            # default), so the expert groups refold only cp x dp (costs/expert_parallel.py).
+            expert_parallel=getattr(columns, "expert_parallel", 1),
+            expert_tensor_parallel=columns.tensor_parallel,
         )
 
     @classmethod
@@ -180,6 +184,12 @@ class ParallelLayout:
         """Micro-batches per optimizer step on each replica: ``global_batch / (micro_batch * dp)``."""
         return global_batch / self.sequences_per_micro_step(micro_batch)
 
+    @property
+    def token_shards(self):
+        """Ranks a sequence's tokens are split over inside a stage under sequence
+        parallelism: cp x tp (what one rank dispatches to the experts)."""
+        return self.context_parallel * self.tensor_parallel
+
     def pipeline_slots(self, micro_batches, virtual_stages=1):
         """Micro-batch slots one step takes on each stage: the m micro-batches plus the
         pipeline bubble (p - 1) / v (1F1B and the interleaved schedule, Narayanan et al. 2021
@@ -252,8 +262,7 @@ class ParallelLayout:
             )
         # Scalars of 1 (expert parallelism not searched yet) cannot break the rule: skip the
         # array arithmetic the solver's tables would otherwise pay on every row.
-        no_experts = all(isinstance(degree, int) and degree == 1
-                         for degree in (self.expert_parallel, self.expert_tensor_parallel))
+        no_experts = bool(np.all(np.asarray(self.expert_parallel) == 1))
         reasons["expert_parallel x expert_tensor_parallel must divide tensor_parallel x context_parallel x data_parallel"] = (
             np.False_ if no_experts else self.stage_gpus % self.expert_weight_shards != 0
         )

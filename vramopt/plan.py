@@ -50,7 +50,7 @@ def nodes_used(gpus: int, gpus_per_node: int) -> int:
 
 
 def check_sizes(plan: TrainingPlan) -> None:
-    for field in ("gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
+    for field in ("gpus", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
         value = getattr(plan, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
             raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
@@ -111,6 +111,7 @@ def describe(plan: TrainingPlan) -> str:
     return (
         f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} "
         + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
+        + (f"ep={plan.expert_parallel} " if plan.expert_parallel > 1 else "")
         + f"pp={plan.pipeline_parallel} dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
     )
 

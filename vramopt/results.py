@@ -111,6 +111,7 @@ class TrainingEstimate(EvaluatedPlan):
             "bubble_fraction": float(values["bubble_fraction"]),
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
             "context_parallel_s": float(values["context_parallel_s"]),
+            "expert_parallel_s": float(values["expert_parallel_s"]),
             "data_parallel_s": float(values["data_parallel_s"]),
             "offload_s": float(values["offload_s"]),
             "optimizer_step_s": float(values["optimizer_step_s"]),

@@ -224,6 +224,8 @@ class TrainingPlan:
     optimizer: str = "adam"
     """Optimizer-state format: 'adam' (fp32 states), 'adam8bit' (bitsandbytes block-wise),
     'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
+    expert_parallel: int = 1
+    """Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

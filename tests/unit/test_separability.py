@@ -34,7 +34,7 @@ MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "gpt3-175b", "deepsee
 GPUS = ("b200", "h100", "a100-80gb")
 STATE_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
 STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s", "optimizer_step_s")
-ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "bubble_fraction")
+ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "expert_parallel_s", "bubble_fraction")
 CONSTANT_OUTPUTS = ("logits_bytes", "reserve_bytes", "micro_batches", "capacity_bytes")
 
 
@@ -50,7 +50,9 @@ def keys(draw):
     accumulation = draw(st.sampled_from((1, 2, 8, 16)))
     seq_len = draw(st.sampled_from((1024, 4096, 8192, 65536)))
     cp = draw(st.sampled_from((1, 2, 4)))
-    return dict(model=model, gpu=gpu, tp=tp, cp=cp, pp=pp, dp=dp, precision=PRECISIONS.index(precision),
+    experts = model.moe.experts if model.moe is not None else 1
+    ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if experts % e == 0 and (cp * dp) % e == 0]))
+    return dict(model=model, gpu=gpu, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, precision=PRECISIONS.index(precision),
                 micro_batch=micro_batch, global_batch=dp * micro_batch * accumulation, seq_len=seq_len)
 
 
@@ -83,7 +85,7 @@ def evaluate_combinations(key, combinations):
     for state, activation in combinations:
         rows.append(dict(
             gpus=key["tp"] * key["cp"] * key["pp"] * key["dp"], tensor_parallel=key["tp"], context_parallel=key["cp"],
-            pipeline_parallel=key["pp"],
+            pipeline_parallel=key["pp"], expert_parallel=key["ep"],
             data_parallel=key["dp"], precision=key["precision"], micro_batch=key["micro_batch"], **state, **activation,
         ))
     plans = PlanColumns(**{name: np.array([row[name] for row in rows], dtype=np.int64) for name in rows[0]})
@@ -117,7 +119,7 @@ def test_memory_and_step_time_split_into_state_and_activation_parts(data):
     state_bytes = sum(values[name] for name in STATE_PARTS)
     constant_bytes = values["logits_bytes"] + values["reserve_bytes"]
     state_time = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
-    activation_time = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
+    activation_time = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
     for row in range(4):
         assert_close(values["total_bytes"][row], state_bytes[row] + values["activations_bytes"][row] + constant_bytes[row], "total_bytes")
         assert_close(values["step_time_s"][row], state_time[row] + activation_time[row], "step_time_s")
@@ -137,7 +139,8 @@ def test_the_sum_of_parts_recombines_across_rows(data):
     constant = values["logits_bytes"][ax] + values["reserve_bytes"][ax]
     assert_close(values["total_bytes"][ay], state_bytes + values["activations_bytes"][by] + constant, "total_bytes")
     state_time = values["data_parallel_s"][ax] + values["offload_s"][ax] + values["optimizer_step_s"][ax]
-    activation_time = values["compute_s"][by] + values["tensor_parallel_s"][by] + values["context_parallel_s"][by]
+    activation_time = (values["compute_s"][by] + values["tensor_parallel_s"][by] + values["context_parallel_s"][by]
+                       + values["expert_parallel_s"][by])
     assert_close(values["step_time_s"][ay], state_time + activation_time, "step_time_s")
 
 
@@ -147,4 +150,5 @@ def test_constraints_registry_agrees_on_the_split():
 
     assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
-    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}
+    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel",
+                                        "data_parallel", "precision", "micro_batch"}

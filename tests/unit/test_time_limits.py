@@ -234,8 +234,10 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
+    experts = model.moe.experts if model.moe is not None else 1
+    expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
     rows = []
-    for count, t, cp, p in itertools.product(counts, tensor, context_degrees, pipeline):
+    for count, t, cp, ep, p in itertools.product(counts, tensor, context_degrees, expert_degrees, pipeline):
         if count % (t * cp * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
@@ -245,9 +247,11 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
         dp = count // (t * cp * p)
         if (None not in data_parallel_allowed and dp not in data_parallel_allowed) or workload.global_batch % dp != 0:
             continue
+        if (cp * dp) % ep != 0:  # the expert layers refold cp x dp
+            continue
         for precision in precisions:
             if gpu.supports(precision):
-                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp) for b in micro_batches
+                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep) for b in micro_batches
                          if (workload.global_batch // dp) % b == 0]
     return rows
 

@@ -38,6 +38,8 @@ class DomainContext:
     supported_precisions: tuple[str, ...]
     kind: str = "train"
     """The workload ('train', 'finetune', 'lora', 'qlora', 'infer')."""
+    experts: int = 0
+    """Routed experts per MoE layer (0 for a dense model): expert parallelism's domain."""
     seq_len: int = 0
     """Tokens per training sequence (0 when unknown: serving, or a check that needs no
     sequence-dependent domain); context parallelism is searched only for long ones."""

@@ -38,6 +38,8 @@ class PlanColumns:
     """Ranks that split each sequence (ring attention, costs/context_parallel.py); 1 = none."""
     optimizer: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     """Optimizer-state format, an index of ``costs/optimizer_states.OPTIMIZER_NAMES``; 0 = adam."""
+    expert_parallel: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))
+    """Ranks that split the routed experts (costs/expert_parallel.py); 1 = none."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":

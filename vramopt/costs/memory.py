@@ -22,6 +22,7 @@ from vramopt.costs.columns import (
     PlanColumns,
     sharding_group,
 )
+from vramopt.costs.expert_parallel import unsplit_expert_parameters_per_gpu
 from vramopt.costs.optimizer_states import state_bytes_per_parameter
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_BYTES
 from vramopt.types import ModelSpec
@@ -40,7 +41,15 @@ def parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
     layer_params = model.parameters.total - embedding
     pipeline = columns.pipeline_parallel.astype(float)
     stage_embedding = np.where((pipeline == 1) | model.tied_embeddings, embedding, embedding / 2.0)
-    return (layer_params / pipeline + stage_embedding) / columns.tensor_parallel
+    # Expert parallelism keeps 1/ep of the stage's routed experts (costs/expert_parallel.py).
+    return (layer_params / pipeline + stage_embedding) / columns.tensor_parallel - unsplit_expert_parameters_per_gpu(model, columns)
+
+
+def sharded_parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
+    """The parameters whose ZeRO shard a GPU holds, before dividing by the sharding group:
+    expert states shard over the expert data-parallel group (dp x cp / ep), so ep cancels
+    and a sharded state costs what it costs without expert parallelism."""
+    return parameters_per_gpu(model, columns) + unsplit_expert_parameters_per_gpu(model, columns)
 
 
 def weight_bytes_per_parameter(columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None):
@@ -61,6 +70,7 @@ def model_state_bytes(
     """
     params = parameters_per_gpu(model, columns)
     trainable = params * trainable_fraction
+    sharded = sharded_parameters_per_gpu(model, columns)  # what a ZeRO shard is cut from
     dp = sharding_group(columns).astype(float)  # context-parallel ranks shard with dp
     zero = columns.zero_stage
     offload = columns.offload
@@ -69,11 +79,11 @@ def model_state_bytes(
     optimizer_bytes_per_param = state_bytes_per_parameter(model, columns)  # the optimizer format's K
     working_layers = PREFETCH_LAYERS * model.parameters.largest_layer / columns.tensor_parallel
 
-    weights = params * stored_bytes / np.where(zero >= 3, dp, 1.0)
+    weights = np.where(zero >= 3, sharded, params) * stored_bytes / np.where(zero >= 3, dp, 1.0)
     # The gathered layers exist only when there is something to gather (dp > 1).
     weights = weights + np.where((zero >= 3) & (dp > 1), working_layers * stored_bytes, 0.0)
-    gradients = trainable * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
-    optimizer = trainable * optimizer_bytes_per_param / np.where(zero >= 1, dp, 1.0)
+    gradients = np.where(zero >= 2, sharded * trainable_fraction, trainable) * bytes_per_weight / np.where(zero >= 2, dp, 1.0)
+    optimizer = np.where(zero >= 1, sharded * trainable_fraction, trainable) * optimizer_bytes_per_param / np.where(zero >= 1, dp, 1.0)
 
     on_nvme = offload == OFFLOAD_NVME
     weights = np.where(on_nvme, working_layers * stored_bytes, weights)
@@ -86,7 +96,7 @@ def offloaded_bytes_per_gpu(
     model: ModelSpec, columns: PlanColumns, trainable_fraction: float = 1.0, frozen_bytes_per_param: float | None = None
 ) -> dict[str, np.ndarray]:
     """Bytes each GPU parks in host RAM (cpu offload) and on NVMe (nvme offload)."""
-    shard = parameters_per_gpu(model, columns) / sharding_group(columns)
+    shard = sharded_parameters_per_gpu(model, columns) / sharding_group(columns)
     bytes_per_weight = PRECISION_BYTES[columns.precision]
     stored_bytes = weight_bytes_per_parameter(columns, trainable_fraction, frozen_bytes_per_param)
     optimizer_bytes_per_param = state_bytes_per_parameter(model, columns)

@@ -21,6 +21,7 @@ from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
 from vramopt.costs.context_parallel import ring_seconds_per_micro_batch
+from vramopt.costs.expert_parallel import all_to_all_seconds_per_micro_batch
 from vramopt.costs.compute import (
     hardware_flops_per_token,
     micro_batch_compute_seconds,
@@ -33,6 +34,7 @@ from vramopt.costs.memory import (
     model_state_bytes,
     offloaded_bytes_per_gpu,
     parameters_per_gpu,
+    sharded_parameters_per_gpu,
 )
 from vramopt.costs.offload import offload_seconds_per_step
 from vramopt.costs.optimizer_states import optimizer_step_seconds
@@ -101,15 +103,19 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
     ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
     slots = ParallelLayout.from_columns(columns).pipeline_slots(micro_batches, columns.virtual_stages)
-    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"]) * slots
+    expert = all_to_all_seconds_per_micro_batch(model, gpu, columns, seq_len)  # 0 without expert parallelism
+    pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"] + expert) * slots
     data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
+    # ZeRO shards (and what offload moves) are cut from the parameters without expert
+    # parallelism: expert states shard over dp x cp / ep (costs/expert_parallel.py).
+    sharded_gpu = sharded_parameters_per_gpu(model, columns)
     offload_seconds = offload_seconds_per_step(
-        params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
+        sharded_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
     # The optimizer-state format's step time beyond Adam's, on this GPU's ZeRO shard.
-    optimizer_shard = params_gpu * case.trainable_fraction / ParallelLayout.from_columns(columns).optimizer_zero_shards(
+    optimizer_shard = sharded_gpu * case.trainable_fraction / ParallelLayout.from_columns(columns).optimizer_zero_shards(
         columns.zero_stage
     )
     optimizer_step_seconds_value = optimizer_step_seconds(
@@ -145,6 +151,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         tensor_parallel_s=tensor_parallel_per_micro_batch * slots,
         context_parallel_s=ring["ring_exposed_s"] * slots,
         context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
+        expert_parallel_s=expert * slots,
         data_parallel_s=data_parallel_seconds,
         offload_s=offload_seconds,
         optimizer_step_s=optimizer_step_seconds_value,

@@ -189,6 +189,7 @@ def _context(model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: i
         layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=global_batch,
         allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
         supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind=kind, seq_len=seq_len,
+        experts=model.moe.experts if model.moe is not None else 0,
     )
 
 

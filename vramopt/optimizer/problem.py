@@ -95,6 +95,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)),
             kind=workload.kind,
             seq_len=workload.seq_len,
+            experts=model.moe.experts if model.moe is not None else 0,
         )
         contexts.append(context)
         key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
@@ -150,6 +151,8 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     counts = [count for count in counts if count <= space.max_gpus]
     tensor = domain("tensor_parallel", context, choices)
     context_degrees = [cp for cp in domain("context_parallel", context, choices) if whole_tile_chunks(workload.seq_len, cp)]
+    experts = model.moe.experts if model.moe is not None else 1
+    expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
     pipeline = domain("pipeline_parallel", context, choices)
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
@@ -174,16 +177,19 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         for dp in data_parallel:
             count = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).world_size
             if count in position:
-                layouts.append((position[count], t_index, c_index, p_index, count, t, cp, p, dp))
+                refolded = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).sharding_group
+                for e_index, ep in enumerate(expert_degrees):  # ep refolds cp x dp (costs/expert_parallel.py)
+                    if refolded % ep == 0:
+                        layouts.append((position[count], t_index, c_index, e_index, p_index, count, t, cp, p, dp, ep))
     layouts.sort()
     rows = []
-    for _, _, _, _, count, t, cp, p, dp in layouts:
+    for _, _, _, _, _, count, t, cp, p, dp, ep in layouts:
         for precision in precisions:
             if not gpu.supports(precision):
                 continue
             for b in micro_batches:
                 if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp))
+                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep))
     return rows
 
 
@@ -269,7 +275,7 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
-            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"]
+            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
             ok = np.ones(rows.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])

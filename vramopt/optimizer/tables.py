@@ -53,7 +53,8 @@ def bound_in_ticks(bound_s: float, tick_s: float) -> int:
     return MAX_BOUND_TICKS if not math.isfinite(ticks) or ticks >= MAX_BOUND_TICKS else int(math.floor(ticks))
 
 
-KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel")
+KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
+               "expert_parallel")
 """A training key's columns (the serving keys are ``serving_problem.SERVING_KEY_COLUMNS``)."""
 
 
