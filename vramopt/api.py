@@ -261,9 +261,16 @@ def _as_request_dict(request: Any) -> dict[str, Any]:
 def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
     from vramopt.optimizer.search import solve as solve_plan
 
+    from vramopt.prices import space_prices
+    from vramopt.time_cost import attach_time_and_cost
+
     request = _request(request, SolveRequest)
+    space = request.space
     with hardware_scope(request.hardware):
-        return SolveResponse(solve_plan(request.workload, request.space, engine=request.engine).to_dict())
+        data = solve_plan(request.workload, space, engine=request.engine).to_dict()
+        # The money of the plan and its runners-up: total_tokens (training) or prices (serving).
+        attach_time_and_cost(data, space.total_tokens, space_prices(space.usd_per_gpu_hour), bool(space.usd_per_gpu_hour))
+        return SolveResponse(data)
 
 
 def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResponse:

@@ -40,7 +40,7 @@ from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
-from vramopt.cli_cost import add_time_and_cost, cost_options, with_cost_lines
+from vramopt.cli_cost import add_time_and_cost, cost_options, space_cost_fields, with_cost_lines
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
 from vramopt.cli_group import (  # noqa: F401 - re-exported
@@ -91,7 +91,7 @@ from vramopt.output_files import resolve_target, same_file, write_files_atomical
 from vramopt.optimizer.search import ENGINES
 from vramopt.plot import front_png
 from vramopt.optimizer.search import solve as solve_request
-from vramopt.types import ServingWorkload
+from vramopt.types import OBJECTIVES, ServingWorkload
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,8 +154,11 @@ def models(output_format: str) -> None:
 @main.command()
 @workload_options
 @space_options(default_max_gpus=8)
-@click.option("--objective", type=click.Choice(("throughput", "min-gpus", "per-gpu")), default="throughput", show_default=True,
-              help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU.")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput", show_default=True,
+              help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU; "
+                   "cost: least money for --total-tokens (needs prices); cost-per-token: least money per output token (serving).")
+@click.option("--deadline-days", type=click.FloatRange(min=0.0, min_open=True, max=36_525.0), default=None,
+              help="With --objective cost: the run must end within this many days of wall clock.")
 @click.option("--min-tokens-per-s", type=click.FloatRange(min=0.0, min_open=True, max=1e15), default=None,
               help="Throughput target for --objective min-gpus.")
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
@@ -192,7 +195,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
     else:
         space = build_space(
             options,
-            objective=options["objective"],
+            **space_cost_fields(options["objective"], options["deadline_days"]),
             min_tokens_per_s=options["min_tokens_per_s"],
             time_limit_s=options["time_limit_s"],
             workers=options["workers"],
@@ -200,7 +203,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         workload, engine = build_workload(options), options["engine"]
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
-    add_time_and_cost(data)
+    add_time_and_cost(data, space)
     if result.estimate is None:
         if output_format == "json":
             emit(data, "json")

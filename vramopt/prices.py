@@ -111,6 +111,11 @@ def parse_price_flag(text: str) -> tuple[str, Price]:
     return _canonical(name.strip(), fail), Price(_checked(value, "the price", fail), "--price flag")
 
 
+def space_prices(usd_per_gpu_hour: Mapping[str, float], source: str = "request space.usd_per_gpu_hour") -> PriceTable:
+    """A search space's prices (already checked by ``cost_objective.check_cost_space``) as a table."""
+    return PriceTable({load_gpu(name).name: Price(float(value), source) for name, value in usd_per_gpu_hour.items()})
+
+
 def build_prices(price_file: Path | str | None, flags: Iterable[str]) -> PriceTable:
     """Built-in prices (none), then the file's, then the flags' (a flag wins for its GPU;
     the same GPU in two flags is refused)."""

@@ -20,6 +20,7 @@ from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, build_problem
+from vramopt.optimizer.cost_objective import deadline_reason
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
 from vramopt.types import PRECISIONS, SearchSpace
@@ -239,6 +240,10 @@ def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Exp
 
 def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanation:
     workload, space = problem.workload, problem.space
+    late = deadline_reason(problem, _try)
+    if late is not None:
+        fix = Relaxation(f"--deadline-days {math.ceil(late[1] * 10) / 10:g}", "the fastest plan's wall clock")
+        return Explanation(late[0], "deadline", None, None, (fix,) + relaxations)
     if space.objective == "min-gpus":
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:

@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 from vramopt.constraints import registry
 from vramopt.constraints.headroom import encode_memory_budget
 from vramopt.constraints.technique import ChoiceVariables, encode_choices
+from vramopt.optimizer import cost_objective
 from vramopt.optimizer.cancel import check_cancelled, run_solver
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 from vramopt.optimizer.oracle import Choice
@@ -147,6 +148,9 @@ class _Model:
             (int(problem.activation.time_ticks[key, item]), literal) for (key, item), literal in activation_terms
         ]
         objective = problem.space.objective
+        if objective in cost_objective.COST_OBJECTIVES:
+            ticks_with_keys = [(coefficient, literal, key) for (coefficient, literal), key in zip(ticks, item_keys)]
+            return cost_objective.stage_terms(problem, key_terms, ticks_with_keys, gpus, memory, rank, _linear, _tie_breaks)
         if objective == "throughput":
             return [_linear(ticks)] + _tie_breaks([gpus, memory, rank])
         if objective == "per-gpu":
