@@ -40,7 +40,8 @@ from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
-from vramopt.cli_cost import add_time_and_cost, cost_options, space_cost_fields, with_cost_lines
+from vramopt.cli_cost import add_time_and_cost, cost_options, money_flags_given, space_cost_fields, time_money_front, with_cost_lines
+from vramopt.display_cost import render_cost_front
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
 from vramopt.cli_group import (  # noqa: F401 - re-exported
@@ -90,6 +91,7 @@ from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.output_files import resolve_target, same_file, write_files_atomically, write_text_atomically
 from vramopt.optimizer.search import ENGINES
 from vramopt.plot import front_png
+from vramopt.plot_cost import cost_front_png
 from vramopt.optimizer.search import solve as solve_request
 from vramopt.types import OBJECTIVES, ServingWorkload
 
@@ -235,9 +237,13 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
 @click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
+@click.option("--axes", type=click.Choice(("throughput", "time,cost")), default="throughput", show_default=True,
+              help="throughput: tokens/s, GPUs, memory; time,cost: days (or tokens/s serving) against dollars (needs prices; "
+                   "training needs --total-tokens).")
 @hardware_option
+@cost_options
 @format_option()
-def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, **options: Any) -> None:
+def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, axes: str, **options: Any) -> None:
     """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
 
     The front is exact: it is the non-dominated subset of the whole candidate table, the
@@ -251,8 +257,14 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
         if path is not None:
             resolve_target(path)  # a device, a directory or a link to one: refused before the work
     workload = build_workload(options)
-    space = build_space(options)
-    response = pareto_response(workload, space, verify=verify)
+    if axes == "time,cost":
+        if verify:
+            raise click.UsageError("--verify certifies the tokens/s-GPUs-memory front; it does not apply to --axes time,cost")
+        response = time_money_front(workload, options)
+    else:
+        if money_flags_given():
+            raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
+        response = pareto_response(workload, build_space(options), verify=verify)
     rows = front_rows_for_csv(response)
     if not response["front"]:
         # As solve: no plan is a failure, and no output file is written or truncated.
@@ -265,14 +277,15 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     if output_path:
         outputs[output_path] = to_csv(rows)
     if plot_path:
-        outputs[plot_path] = front_png(response)
+        outputs[plot_path] = cost_front_png(response) if axes == "time,cost" else front_png(response)
     write_files_atomically(outputs)  # both or neither
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(rows, "csv")
     else:
-        echo(render_front(response, rows, output_path, plot_path))
+        render = render_cost_front if axes == "time,cost" else render_front
+        echo(render(response, rows, output_path, plot_path))
 
 
 @main.command()

@@ -113,3 +113,23 @@ def with_cost_lines(render: Callable[[Any], str]) -> Callable[[Mapping[str, Any]
         return text if cost is None else f"{text}\n{render_time_and_cost(cost)}"
 
     return rendered
+
+
+def money_flags_given() -> bool:
+    total_tokens, _, priced = click.get_current_context().meta.get(_META_KEY, (None, PriceTable({}), False))
+    return total_tokens is not None or priced
+
+
+def time_money_front(workload: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``pareto --axes time,cost``: the time-money front of the request, priced with the
+    flags' prices (their sources shown)."""
+    from vramopt.cli_options import build_space
+    from vramopt.optimizer.cost_front import cost_front_response
+
+    serving = workload.kind == "infer"
+    objective = "cost-per-token" if serving else "cost"
+    if not serving and click.get_current_context().meta.get(_META_KEY, (None,))[0] is None:
+        raise click.UsageError("--axes time,cost needs --total-tokens N for training (the days and dollars of what?)")
+    space = build_space(options, **space_cost_fields(objective, None))
+    prices = click.get_current_context().meta[_META_KEY][1]
+    return cost_front_response(workload, space, prices)

@@ -71,8 +71,8 @@ def front_rows_for_csv(response: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for point in response["front"]:
         row: dict[str, Any] = {"chosen": point["chosen"]}
-        for section in ("plan", "memory", "throughput"):
-            for key, value in point[section].items():
+        for section in ("plan", "memory", "throughput", "time_and_cost"):
+            for key, value in point.get(section, {}).items():
                 row[f"{section}.{key}"] = value
         rows.append(row)
     return rows
