@@ -239,3 +239,16 @@ def other_gpu_types(problem, chosen, lower, best_in_keys_by_bound) -> list[tuple
         if choice is not None:
             found.append(("gpu", choice))
     return found
+
+
+def smallest_count_meeting_deadline(problem) -> int | None:
+    """The fewest GPUs with a plan that fits and meets the deadline (exact: the plans'
+    feasibility, deadline bound included, checked count by count)."""
+    from vramopt.optimizer.oracle import KEYS_PER_CHUNK, feasible_mask
+
+    for count in np.unique(problem.keys["gpus"]):
+        keys = np.flatnonzero(problem.keys["gpus"] == count)
+        for start in range(0, keys.size, KEYS_PER_CHUNK):
+            if feasible_mask(problem, keys[start : start + KEYS_PER_CHUNK]).any():
+                return int(count)
+    return None
