@@ -305,13 +305,19 @@ class PackRequest:
     running: tuple[Mapping[str, Any], ...] = ()
     time_limit_s: float = 10.0
     workers: int = 4
+    hardware: Mapping[str, Any] | None = None
+    """A hardware file's content inline: cluster nodes may name its GPUs and profiles."""
+    usd_per_gpu_hour: Mapping[str, float] | None = None
+    """GPU type -> US dollars per GPU-hour, every GPU type of the cluster: the least-money
+    answer among those of the most value, and its dollars per hour (pack_prices)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "PackRequest":
         if isinstance(data, dict) and "workload" in data:
             raise _fail("workload", "is not a field of a pack request (each job names its own workload)")
         data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
-                             ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers"))
+                             ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers", "hardware",
+                              "usd_per_gpu_hour"))
         for key in ("cluster", "jobs"):
             if key not in data:
                 raise _fail(key, "is missing")
@@ -321,11 +327,20 @@ class PackRequest:
             raise _fail("time_limit_s", "must be in (0, 3600] seconds, and workers in 1-64")
         if not isinstance(data["jobs"], list) or not isinstance(data.get("running", []), list):
             raise _fail("jobs", "jobs and running must be lists")
-        return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers)
+        prices = data.get("usd_per_gpu_hour")
+        if prices is not None:
+            prices = _coerce(Mapping[str, float], prices, "usd_per_gpu_hour")
+            for name, price in prices.items():
+                if price < 0:
+                    raise _fail(f"usd_per_gpu_hour.{name}", f"must be at least 0, got {price!r}")
+        return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers,
+                   _hardware_field(data), prices)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "cluster": copy.deepcopy(dict(self.cluster)), "jobs": [dict(job) for job in self.jobs],
-                "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers}
+                "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers,
+                **_hardware_dict(self.hardware),
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)})}
 
 
 class PackResponse(Response):
@@ -353,7 +368,9 @@ def pack(request: PackRequest | Mapping[str, Any] | str) -> PackResponse:
     from vramopt.optimizer.pack import solve_pack
 
     request = _request(request, PackRequest)
-    nodes = parse_cluster(request.cluster)
-    jobs = parse_jobs(list(request.jobs))
-    running = parse_running(list(request.running), nodes) if request.running else ()
-    return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers))
+    with hardware_scope(request.hardware):
+        nodes = parse_cluster(request.cluster)
+        jobs = parse_jobs(list(request.jobs))
+        running = parse_running(list(request.running), nodes) if request.running else ()
+        return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers,
+                                       usd_per_gpu_hour=request.usd_per_gpu_hour))

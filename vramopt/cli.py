@@ -40,7 +40,8 @@ from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
-from vramopt.cli_cost import add_time_and_cost, cost_options, money_flags_given, space_cost_fields, time_money_front, with_cost_lines
+from vramopt.cli_cost import (add_time_and_cost, cost_options, money_flags_given, pack_money_line, price_options, space_cost_fields,
+                              time_money_front, with_cost_lines)
 from vramopt.display_cost import render_cost_front
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
@@ -295,8 +296,10 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
 @hardware_option
+@price_options
 @format_option()
-def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int) -> None:
+def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int,
+         usd_per_gpu_hour: dict | None = None) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
     from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
@@ -304,13 +307,14 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     nodes = parse_cluster(read_document(cluster_path), cluster_path)
     jobs = parse_jobs(read_document(jobs_path), jobs_path)
     running = parse_running(read_document(running_path), nodes, running_path) if running_path else ()
-    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers)
+    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour)
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(pack_rows(response), "csv")
     else:
-        echo(render_pack(response))
+        money = pack_money_line(response)
+        echo(render_pack(response) + (f"\n{money}" if money else ""))
 
 
 def read_json_request(path: str) -> Any:

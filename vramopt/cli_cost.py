@@ -133,3 +133,26 @@ def time_money_front(workload: Any, options: Mapping[str, Any]) -> dict[str, Any
     space = build_space(options, **space_cost_fields(objective, None))
     prices = click.get_current_context().meta[_META_KEY][1]
     return cost_front_response(workload, space, prices)
+
+
+def price_options(command: Callable) -> Callable:
+    """--prices and --price alone (``pack``: money per hour, no token budget)."""
+
+    @click.option("--price", "price_flags", multiple=True, metavar="GPU=USD",
+                  help="Price of one GPU-hour in US dollars (repeat; wins over --prices): the least-money answer among "
+                       "those of the most value, and its dollars per hour.")
+    @click.option("--prices", "prices_path", type=str, default=None,
+                  help="TOML file: [prices] GPU = { usd_per_gpu_hour = X, source = \"...\" } (docs/hardware.md).")
+    @functools.wraps(command)
+    def run(*args: Any, price_flags: tuple[str, ...] = (), prices_path: str | None = None, **kwargs: Any) -> Any:
+        priced = prices_path is not None or bool(price_flags)
+        prices = build_prices(prices_path, price_flags)
+        usd = {name: price.usd_per_gpu_hour for name, price in prices.by_gpu.items()} if priced else None
+        return command(*args, usd_per_gpu_hour=usd, **kwargs)
+
+    return run
+
+
+def pack_money_line(response: Mapping[str, Any]) -> str | None:
+    total = response["summary"].get("usd_per_hour")
+    return None if total is None else f"cost      ${total:,.2f}/hour for the admitted jobs ({response['summary']['tie_break']})"

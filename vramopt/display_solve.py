@@ -257,6 +257,8 @@ def pack_rows(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     for placement in response["placements"]:
         row = {"job": placement["job"], "admitted": placement["admitted"], "reason": placement["reason"],
                "gpus_by_node": _placement_text(placement["gpus_by_node"])}
+        if "usd_per_hour" in placement:  # pack with prices
+            row["usd_per_hour"] = placement["usd_per_hour"]
         for section in ("plan", "memory", "throughput"):
             for key, value in (placement[section] or {}).items():
                 row[f"{section}.{key}"] = value
