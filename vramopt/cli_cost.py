@@ -12,8 +12,7 @@ from typing import Any, Callable, Mapping
 
 import click
 
-from vramopt.optimizer.cost_objective import COST_OBJECTIVES
-from vramopt.prices import PriceTable, build_prices, space_prices
+from vramopt.prices import BUILTIN_PRICES, PriceTable, build_prices, space_prices
 from vramopt.time_cost import MAX_TOTAL_TOKENS, attach_time_and_cost, render_time_and_cost
 from vramopt.types import SearchSpace
 
@@ -94,13 +93,13 @@ def space_cost_fields(objective: str, deadline_days: float | None) -> dict[str, 
     """The search-space fields of the money flags: the token budget, the deadline and every
     price given (the cost objectives need the prices; the others ignore them)."""
     total_tokens, prices, _ = click.get_current_context().meta.get(_META_KEY, (None, PriceTable({}), False))
-    if objective in COST_OBJECTIVES and not prices.by_gpu:
-        raise click.UsageError(f"--objective {objective} needs prices: give --prices FILE or --price GPU=USD")
     return {
         "objective": objective,
         "total_tokens": total_tokens,
         "deadline_days": deadline_days,
-        "usd_per_gpu_hour": {name: price.usd_per_gpu_hour for name, price in prices.by_gpu.items()},
+        # The user's prices only: the solver falls back to the built-in ones by itself.
+        "usd_per_gpu_hour": {name: price.usd_per_gpu_hour for name, price in prices.by_gpu.items()
+                             if price is not BUILTIN_PRICES.get(name)},
     }
 
 

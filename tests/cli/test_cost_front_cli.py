@@ -50,7 +50,7 @@ def test_serving_front_and_bad_flags():
     assert all(later <= earlier * (1 + 1e-5) for earlier, later in zip(per_million, per_million[1:]))
     for args, words in (
         (["pareto", "--model", "8b", "--gpu", "h100", "--axes", "time,cost", "--price", "h100=2"], "need --total-tokens"),
-        (["pareto", "--model", "8b", "--gpu", "h100", "--axes", "time,cost", "--total-tokens", "1e12"], "needs prices"),
+        (["pareto", "--model", "8b", "--gpu", "h100", "--axes", "time,cost", "--total-tokens", "1e12"], "none for h100"),
         (["pareto", "--model", "8b", "--gpu", "h100", "--total-tokens", "1e12", "--price", "h100=2"], "--axes time,cost"),
     ):
         result = invoke(args)

@@ -56,7 +56,7 @@ BASE = ["solve", "--model", "8b", "--gpu", "h100", "--max-gpus", "8"]
 
 @pytest.mark.parametrize("extra, words", [
     (["--objective", "cost", "--price", "h100=2"], "needs --total-tokens"),
-    (["--objective", "cost", "--total-tokens", "1e12"], "needs prices"),
+    (["--objective", "cost", "--total-tokens", "1e12"], "needs a price for every GPU type searched: none for h100"),
     (["--objective", "cost", "--total-tokens", "1e12", "--price", "h100=-1"], "at least 0"),
     (["--objective", "cost", "--total-tokens", "1e12", "--price", "h800x=2"], "h800x"),
     (["--objective", "cost", "--total-tokens", "1e12", "--price", "h100=2", "--gpu", "b200"], "none for b200"),

@@ -26,7 +26,8 @@ def cases() -> list[dict[str, str]]:
 
 
 def predict(case: dict[str, str]) -> dict:
-    """The solve response (with ``time_and_cost``) of one row."""
+    """The solve response (with ``time_and_cost``) of one row; the price, where the row has
+    one, is the built-in one (the row's usd_per_gpu_hour is what it must be)."""
     hardware = None
     if case["hardware_file"]:
         import tomllib
@@ -34,8 +35,6 @@ def predict(case: dict[str, str]) -> dict:
         hardware = tomllib.loads((REPOSITORY / case["hardware_file"]).read_text())
     space = {"gpus": [case["gpu"]], "max_gpus": int(case["max_gpus"]), "pin": {"precision": case["precision"]},
              "total_tokens": int(case["total_tokens"]), "workers": 1, "time_limit_s": 120.0}
-    if case["usd_per_gpu_hour"]:
-        space["usd_per_gpu_hour"] = {case["gpu"]: float(case["usd_per_gpu_hour"])}
     request = {"workload": {"model": case["model"], "seq_len": int(case["seq_len"]), "global_batch": int(case["global_batch"])},
                "space": space}
     if hardware is not None:

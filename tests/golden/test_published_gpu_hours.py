@@ -26,6 +26,7 @@ def test_predicted_gpu_hours_stay_at_their_recorded_error(case):
     if case["usd_per_gpu_hour"]:
         money = response["time_and_cost"]
         assert money["usd"] == pytest.approx(money["gpu_hours"] * float(case["usd_per_gpu_hour"]))
+        assert money["usd_source"].startswith("built-in: DeepSeek-V3 technical report")
 
 
 def test_every_row_names_its_source_and_scope():

@@ -88,12 +88,16 @@ def check_cost_space(space, workload) -> None:
 
 
 def price_of(space, gpu_name: str) -> float | None:
-    """The space's price of one GPU type (names and aliases resolved through the catalog)."""
+    """The space's price of one GPU type (names and aliases resolved through the catalog),
+    else the built-in one (``prices.BUILTIN_PRICES``)."""
     canonical = load_gpu(gpu_name).name
     for name, price in space.usd_per_gpu_hour.items():
         if load_gpu(name).name == canonical:
             return float(price)
-    return None
+    from vramopt.prices import BUILTIN_PRICES
+
+    builtin = BUILTIN_PRICES.get(canonical)
+    return None if builtin is None else builtin.usd_per_gpu_hour
 
 
 def _coefficient_sum(problem) -> int:

@@ -40,9 +40,16 @@ def option_usd_per_hour(option, usd_per_gpu_hour: Mapping[str, float]) -> float:
     return option.instances * _memory_slices(option) / MEMORY_SLICES_PER_GPU * price
 
 
+def _with_builtin(usd_per_gpu_hour: Mapping[str, float]) -> dict[str, float]:
+    from vramopt.prices import BUILTIN_PRICES
+
+    given = {load_gpu(name).name: float(price) for name, price in usd_per_gpu_hour.items()}
+    return {**{name: price.usd_per_gpu_hour for name, price in BUILTIN_PRICES.items()}, **given}
+
+
 def pack_price_units(nodes, options, usd_per_gpu_hour: Mapping[str, float]) -> dict[str, int]:
     """Integer prices of the cluster's GPU types (every one must have a price)."""
-    canonical = {load_gpu(name).name: float(price) for name, price in usd_per_gpu_hour.items()}
+    canonical = _with_builtin(usd_per_gpu_hour)
     for name, price in canonical.items():
         if not math.isfinite(price) or price < 0:
             raise InputError(f"the price of {name} must be a finite number of US dollars per GPU-hour at least 0, got {price!r}")
@@ -60,7 +67,7 @@ def pack_price_units(nodes, options, usd_per_gpu_hour: Mapping[str, float]) -> d
 def add_money(response: dict, assignment: dict, options, usd_per_gpu_hour: Mapping[str, float], jobs) -> None:
     """Each admitted placement's ``usd_per_hour`` and the summary's total (and the
     objective's second stage named)."""
-    canonical = {load_gpu(name).name: float(price) for name, price in usd_per_gpu_hour.items()}
+    canonical = _with_builtin(usd_per_gpu_hour)
     by_job = {jobs[job].id: option_usd_per_hour(options[job][option], canonical) for job, (option, _) in assignment.items()}
     for placement in response["placements"]:
         placement["usd_per_hour"] = by_job.get(placement["job"]) if placement["admitted"] else None
