@@ -310,6 +310,9 @@ class PackRequest:
     usd_per_gpu_hour: Mapping[str, float] | None = None
     """GPU type -> US dollars per GPU-hour, every GPU type of the cluster: the least-money
     answer among those of the most value, and its dollars per hour (pack_prices)."""
+    objective: str = "throughput"
+    """'throughput' (weighted normalized throughput) or 'cost' (needs usd_per_gpu_hour: the
+    most job weight admitted at the least money per hour)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "PackRequest":
@@ -317,7 +320,7 @@ class PackRequest:
             raise _fail("workload", "is not a field of a pack request (each job names its own workload)")
         data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
                              ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers", "hardware",
-                              "usd_per_gpu_hour"))
+                              "usd_per_gpu_hour", "objective"))
         for key in ("cluster", "jobs"):
             if key not in data:
                 raise _fail(key, "is missing")
@@ -333,14 +336,18 @@ class PackRequest:
             for name, price in prices.items():
                 if price < 0:
                     raise _fail(f"usd_per_gpu_hour.{name}", f"must be at least 0, got {price!r}")
+        objective = data.get("objective", "throughput")
+        if objective not in ("throughput", "cost"):
+            raise _fail("objective", f"'{objective}' is not throughput or cost")
         return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers,
-                   _hardware_field(data), prices)
+                   _hardware_field(data), prices, objective)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "cluster": copy.deepcopy(dict(self.cluster)), "jobs": [dict(job) for job in self.jobs],
                 "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers,
                 **_hardware_dict(self.hardware),
-                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)})}
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}),
+                **({} if self.objective == "throughput" else {"objective": self.objective})}
 
 
 class PackResponse(Response):
@@ -373,4 +380,4 @@ def pack(request: PackRequest | Mapping[str, Any] | str) -> PackResponse:
         jobs = parse_jobs(list(request.jobs))
         running = parse_running(list(request.running), nodes) if request.running else ()
         return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers,
-                                       usd_per_gpu_hour=request.usd_per_gpu_hour))
+                                       usd_per_gpu_hour=request.usd_per_gpu_hour, objective=request.objective))

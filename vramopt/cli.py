@@ -295,11 +295,14 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--running", "running_path", type=str, default=None, help="Jobs already running: their GPUs and MIG instances stay theirs.")
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
+@click.option("--objective", "pack_objective", type=click.Choice(("throughput", "cost")), default="throughput", show_default=True,
+              help="throughput: the most weighted normalized throughput; cost (needs prices): admit the most job weight "
+                   "at the least money per hour.")
 @hardware_option
 @price_options
 @format_option()
 def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int,
-         usd_per_gpu_hour: dict | None = None) -> None:
+         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
     from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
@@ -307,7 +310,10 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     nodes = parse_cluster(read_document(cluster_path), cluster_path)
     jobs = parse_jobs(read_document(jobs_path), jobs_path)
     running = parse_running(read_document(running_path), nodes, running_path) if running_path else ()
-    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour)
+    if pack_objective == "cost" and usd_per_gpu_hour is None:
+        raise click.UsageError("--objective cost needs prices: give --prices FILE or --price GPU=USD")
+    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour,
+                          objective=pack_objective)
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":

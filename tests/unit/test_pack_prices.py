@@ -91,3 +91,60 @@ def test_cli_and_api_pack_with_prices_and_api_hardware(tmp_path):
     assert on_lab["placements"][0]["admitted"] and on_lab["placements"][0]["plan"]["gpu"] == "h100-lab"
     bad = invoke(["pack", "--cluster", str(cluster), "--jobs", str(jobs), "--price", "b200=5.98"])
     assert bad.exit_code == 2 and bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "none for h100" in bad.stderr
+
+
+@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances())
+def test_pack_objective_cost_equals_brute_force(instance):
+    cluster, job_list = instance
+    nodes = parse_cluster({"nodes": cluster})
+    jobs = parse_jobs(job_list)
+    options, best = job_options(jobs, nodes)
+    units = pack_price_units(nodes, options, PRICES)
+    expected = brute_force(jobs, nodes, options, best, units, admit_all=True)
+    response = solve_pack(jobs, nodes, time_limit_s=30.0, workers=1, usd_per_gpu_hour=PRICES, objective="cost")
+    assert response["summary"]["solver"]["status"] == "optimal"
+    admitted = {}
+    for job_index, placement in enumerate(response["placements"]):
+        if placement["admitted"]:
+            option_index = next(index for index, option in enumerate(options[job_index]) if option.response["plan"] == placement["plan"])
+            admitted[job_index] = (option_index, [])
+    value, cost = objective_of(Values(jobs, options, best, units, admit_all=True), options, admitted)
+    assert (value, -cost) == expected
+
+
+def test_objective_cost_takes_a_jobs_cheapest_option_and_admits_at_least_as_many():
+    """One training job alone on two free B200 nodes: the throughput objective takes its
+    fastest option, the cost objective the option with the least dollars per hour (worked
+    out here from the job's options), and never admits fewer jobs."""
+    nodes = parse_cluster({"nodes": [{"name": "b1", "gpu": "b200", "gpus": 8}, {"name": "b2", "gpu": "b200", "gpus": 8}]})
+    jobs = parse_jobs([{"id": "pt", "model": "8b", "weight": 1.0, "max_gpus": 16, "global_batch": 64, "seq_len": 2048}])
+    options, _ = job_options(jobs, nodes)
+    cheapest = min(option.gpus * 5.98 for option in options[0])
+    fastest = max(options[0], key=lambda option: option.tokens_per_s)
+    by_cost = solve_pack(jobs, nodes, usd_per_gpu_hour={"b200": 5.98}, objective="cost")
+    by_throughput = solve_pack(jobs, nodes, usd_per_gpu_hour={"b200": 5.98})
+    assert by_cost["placements"][0]["usd_per_hour"] == pytest.approx(cheapest)
+    assert by_throughput["placements"][0]["plan"] == fastest.response["plan"]
+    assert by_cost["summary"]["usd_per_hour"] < by_throughput["summary"]["usd_per_hour"]
+    assert by_cost["summary"]["jobs_admitted"] >= by_throughput["summary"]["jobs_admitted"]
+    assert by_cost["summary"]["weighted_normalized_throughput"] < by_throughput["summary"]["weighted_normalized_throughput"]
+    with pytest.raises(InputError, match="needs prices"):
+        solve_pack(jobs, nodes, objective="cost")
+
+
+def test_cli_pack_objective_cost(tmp_path):
+    cluster, jobs = tmp_path / "cluster.json", tmp_path / "jobs.json"
+    cluster.write_text(json.dumps(CLUSTER))
+    jobs.write_text(json.dumps(JOBS))
+    args = ["pack", "--cluster", str(cluster), "--jobs", str(jobs), "--objective", "cost"]
+    missing = invoke(args)
+    assert missing.exit_code == 2 and "needs prices" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    priced = invoke([*args, "--price", "h100=2.69", "--price", "b200=5.98", "--format", "json"])
+    assert priced.exit_code == 0, priced.stderr
+    data = json.loads(priced.stdout)
+    assert data["summary"]["tie_break"].startswith("objective cost")
+    by_throughput = json.loads(invoke([*args[:-2], "--price", "h100=2.69", "--price", "b200=5.98", "--format", "json"]).stdout)
+    assert data["summary"]["usd_per_hour"] <= by_throughput["summary"]["usd_per_hour"] + 1e-9
+    assert api.pack({"cluster": CLUSTER, "jobs": JOBS, "usd_per_gpu_hour": {"h100": 2.69, "b200": 5.98},
+                     "objective": "cost"}).to_dict()["summary"]["usd_per_hour"] == pytest.approx(data["summary"]["usd_per_hour"])

@@ -1,6 +1,9 @@
 """``pack`` with prices per GPU-hour (issue 17 item 5): among the assignments of the most
 admitted value (weight x normalized throughput, unchanged), the one that costs least per
 hour; the response reports each admitted job's and the whole assignment's dollars per hour.
+Objective 'cost' (``pack_value.Values(admit_all=True)``): every option of a job counts its
+full weight, so the first stage admits the most job weight (all jobs when they fit) and
+the second takes the least money per hour: "admit everything at least cost".
 
 An option's money per hour: its whole GPUs x the price, or, for a MIG option, its share of
 the GPU -- instances x memory slices of the profile / the GPU's 8 memory slices (NVIDIA MIG
@@ -64,7 +67,8 @@ def pack_price_units(nodes, options, usd_per_gpu_hour: Mapping[str, float]) -> d
     return dict(zip(types, units))
 
 
-def add_money(response: dict, assignment: dict, options, usd_per_gpu_hour: Mapping[str, float], jobs) -> None:
+def add_money(response: dict, assignment: dict, options, usd_per_gpu_hour: Mapping[str, float], jobs,
+              objective: str = "throughput") -> None:
     """Each admitted placement's ``usd_per_hour`` and the summary's total (and the
     objective's second stage named)."""
     canonical = _with_builtin(usd_per_gpu_hour)
@@ -72,4 +76,6 @@ def add_money(response: dict, assignment: dict, options, usd_per_gpu_hour: Mappi
     for placement in response["placements"]:
         placement["usd_per_hour"] = by_job.get(placement["job"]) if placement["admitted"] else None
     response["summary"]["usd_per_hour"] = sum(by_job.values())
-    response["summary"]["tie_break"] = "least money per hour among the assignments of the most weighted normalized throughput"
+    response["summary"]["tie_break"] = (
+        "least money per hour among the assignments of the most weighted normalized throughput" if objective == "throughput"
+        else "objective cost: the most job weight admitted, then the least money per hour")

@@ -21,8 +21,11 @@ STEPS_PER_SMALLEST_WEIGHT = 1_000_000
 class Values:
     """Integer objective coefficients of every (job, option), and their report."""
 
-    def __init__(self, jobs, options, best, price_units=None) -> None:
+    def __init__(self, jobs, options, best, price_units=None, admit_all: bool = False) -> None:
         check_weight_spread(jobs)
+        self.admit_all = admit_all
+        """pack objective 'cost': every option of a job counts its full weight (the most
+        weight admitted, then the least money; ``pack_prices``)."""
         self.price_units = price_units
         """None: the tie-break counts whole GPUs; else GPU type -> integer price
         (``pack_prices``), and it counts money."""
@@ -33,7 +36,8 @@ class Values:
     def _value(self, job: PackJob, tokens_per_s: float, best: float) -> int:
         if best <= 0 or tokens_per_s <= 0:
             return 0
-        steps = STEPS_PER_SMALLEST_WEIGHT * (job.weight / self.unit_weight) * min(tokens_per_s / best, 1.0)
+        share = 1.0 if self.admit_all else min(tokens_per_s / best, 1.0)
+        steps = STEPS_PER_SMALLEST_WEIGHT * (job.weight / self.unit_weight) * share
         return max(1, int(round(steps)))
 
     def cost_of(self, option) -> int:
