@@ -155,3 +155,39 @@ def test_api_refuses_a_price_that_is_not_a_number():
     with pytest.raises(InputError, match="usd_per_gpu_hour.h100"):
         api.solve({"workload": {"model": "8b"}, "space": {"usd_per_gpu_hour": {"h100": "cheap"}}})
 
+
+
+def test_the_api_estimate_and_pareto_take_the_money_fields():
+    plan = {"gpu": "h100", "gpus": 8, "tensor_parallel": 1, "pipeline_parallel": 1, "zero_stage": 3}
+    data = api.estimate({"workload": {"model": "8b", "seq_len": 4096, "global_batch": 256}, "plan": plan,
+                         "total_tokens": TOKENS, "usd_per_gpu_hour": {"h100": 2.69}}).to_dict()
+    hours = TOKENS / data["throughput"]["tokens_per_s"] / 3_600 * 8
+    assert data["time_and_cost"]["usd"] == pytest.approx(hours * 2.69)
+    with pytest.raises(InputError, match="needs total_tokens"):
+        api.estimate({"workload": {"model": "8b"}, "plan": plan, "usd_per_gpu_hour": {"h100": 2.69}})
+    with pytest.raises(InputError, match="at least 0"):
+        api.estimate({"workload": {"model": "8b"}, "plan": plan, "total_tokens": TOKENS, "usd_per_gpu_hour": {"h100": -1}})
+    front = api.pareto({"workload": {"model": "8b", "seq_len": 4096, "global_batch": 256}, "axes": "time,cost",
+                        "space": {"gpus": ["h100"], "max_gpus": 16, "total_tokens": TOKENS, "usd_per_gpu_hour": {"h100": 2.69}}}).to_dict()
+    assert front["front"] and all("time_and_cost" in point for point in front["front"])
+    with pytest.raises(InputError, match="time-money front"):
+        api.pareto({"workload": {"model": "8b"}, "space": {"gpus": ["h100"], "total_tokens": TOKENS}})
+
+
+def test_money_requests_validate_against_the_request_schema():
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "schema" / "vramopt-request-v1.schema.json").read_text())
+    plan = {"gpu": "h100", "gpus": 8}
+    for request in (
+        {"workload": {"model": "8b"}, "space": {"gpus": ["h100", "b200"], "objective": "cost", "total_tokens": TOKENS,
+                                                 "deadline_days": 30.0, "usd_per_gpu_hour": {"h100": 2.69, "b200": 5.98}}},
+        {"workload": {"model": "8b"}, "plan": plan, "total_tokens": TOKENS, "usd_per_gpu_hour": {"h100": 2.69}},
+        {"workload": {"model": "8b"}, "axes": "time,cost", "space": {"total_tokens": TOKENS, "usd_per_gpu_hour": {"b200": 5.98}}},
+    ):
+        jsonschema.validate(request, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"workload": {"model": "8b"}, "space": {"usd_per_gpu_hour": {"h100": -1}}}, schema)
