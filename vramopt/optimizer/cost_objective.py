@@ -196,8 +196,13 @@ def primary_bounds(problem, lower_ticks, upper_ticks, feasible):
         upper_ok = np.ones_like(feasible)
     from vramopt.optimizer.prune import UNREACHABLE
 
-    lower = units * np.minimum(lower_ticks, UNREACHABLE // max(int(units.max(initial=1)), 1))
-    upper = np.where(feasible & upper_ok, units * np.minimum(upper_ticks, UNREACHABLE // max(int(units.max(initial=1)), 1)), UNREACHABLE)
+    # A reachable plan's money is at most the integer prices' headroom (price_units keeps
+    # the coefficient sum x steps below 2^59), so only the UNREACHABLE sentinels could
+    # overflow: they are kept out of the products.
+    lower_reachable = lower_ticks < UNREACHABLE
+    lower = np.where(lower_reachable, units * np.where(lower_reachable, lower_ticks, 0), UNREACHABLE)
+    upper_reachable = feasible & upper_ok & (upper_ticks < UNREACHABLE)
+    upper = np.where(upper_reachable, units * np.where(upper_reachable, upper_ticks, 0), UNREACHABLE)
     return feasible, lower, upper
 
 
