@@ -105,14 +105,22 @@ class ParetoRequest:
     workload: TrainingWorkload | ServingWorkload
     space: SearchSpace = field(default_factory=SearchSpace)
     hardware: Mapping[str, Any] | None = None
+    axes: str = "throughput"
+    """'throughput' (tokens/s, GPUs, memory) or 'time,cost' (the time-money front: the space's
+    total_tokens for training and usd_per_gpu_hour; docs/cost.md)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "ParetoRequest":
-        data = _check_schema(data, ("schema", "workload", "space", "hardware"))
-        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), _hardware_field(data))
+        data = _check_schema(data, ("schema", "workload", "space", "hardware", "axes"))
+        axes = data.get("axes", "throughput")
+        if axes not in ("throughput", "time,cost"):
+            raise _fail("axes", f"'{axes}' is not throughput or time,cost")
+        return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), _hardware_field(data),
+                   axes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), **_hardware_dict(self.hardware)}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), **_hardware_dict(self.hardware),
+                **({} if self.axes == "throughput" else {"axes": self.axes})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,18 +130,35 @@ class EstimateRequest:
     workload: TrainingWorkload | ServingWorkload
     plan: TrainingPlan | ServingPlan
     hardware: Mapping[str, Any] | None = None
+    total_tokens: int | None = None
+    """Training kinds: the token budget whose days, GPU-hours and dollars ``time_and_cost`` gives."""
+    usd_per_gpu_hour: Mapping[str, float] | None = None
+    """GPU type -> US dollars per GPU-hour (over the built-in H800 price)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "EstimateRequest":
-        data = _check_schema(data, ("schema", "workload", "plan", "hardware"))
+        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "total_tokens", "usd_per_gpu_hour"))
         workload = workload_from_dict(data["workload"])
         if "plan" not in data:
             raise _fail("plan", "is missing")
         plan_class = ServingPlan if isinstance(workload, ServingWorkload) else TrainingPlan
-        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data))
+        total_tokens = data.get("total_tokens")
+        if total_tokens is not None:
+            total_tokens = _coerce(int, total_tokens, "total_tokens")
+        prices = data.get("usd_per_gpu_hour")
+        if prices is not None:
+            prices = _coerce(Mapping[str, float], prices, "usd_per_gpu_hour")
+        serving = isinstance(workload, ServingWorkload)
+        if serving and total_tokens is not None:
+            raise _fail("total_tokens", "does not apply to a serving workload (give usd_per_gpu_hour for money per token)")
+        if not serving and prices is not None and total_tokens is None:
+            raise _fail("usd_per_gpu_hour", "needs total_tokens for a training workload (the cost of what?)")
+        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), total_tokens, prices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware)}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware),
+                **({} if self.total_tokens is None else {"total_tokens": self.total_tokens}),
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)})}
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,19 +286,36 @@ def _as_request_dict(request: Any) -> dict[str, Any]:
 def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
     from vramopt.optimizer.search import solve as solve_plan
 
+    from vramopt.prices import space_prices
+    from vramopt.time_cost import attach_time_and_cost
+
     request = _request(request, SolveRequest)
+    space = request.space
     with hardware_scope(request.hardware):
-        return SolveResponse(solve_plan(request.workload, request.space, engine=request.engine).to_dict())
+        data = solve_plan(request.workload, space, engine=request.engine).to_dict()
+        # The money of the plan and its runners-up: total_tokens (training) or prices (serving).
+        attach_time_and_cost(data, space.total_tokens, space_prices(space.usd_per_gpu_hour), bool(space.usd_per_gpu_hour))
+        return SolveResponse(data)
 
 
 def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResponse:
     from vramopt.estimate import estimate_serving, estimate_training
 
+    from vramopt.optimizer.cost_objective import check_cost_space
+    from vramopt.prices import space_prices
+    from vramopt.time_cost import attach_time_and_cost
+
     request = _request(request, EstimateRequest)
+    prices = dict(request.usd_per_gpu_hour or {})
     with hardware_scope(request.hardware):
+        # The same checks as a solve's space (token range, known GPUs, prices at least 0).
+        check_cost_space(SearchSpace(total_tokens=request.total_tokens, usd_per_gpu_hour=prices), request.workload)
         if isinstance(request.workload, ServingWorkload):
-            return EstimateResponse(estimate_serving(request.workload, request.plan).to_dict())
-        return EstimateResponse(estimate_training(request.workload, request.plan).to_dict())
+            data = estimate_serving(request.workload, request.plan).to_dict()
+        else:
+            data = estimate_training(request.workload, request.plan).to_dict()
+        attach_time_and_cost(data, request.total_tokens, space_prices(prices), bool(prices))
+        return EstimateResponse(data)
 
 
 def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:
@@ -281,6 +323,12 @@ def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:
 
     request = _request(request, ParetoRequest)
     with hardware_scope(request.hardware):
+        if request.axes == "time,cost":
+            from vramopt.optimizer.cost_front import cost_front_response
+
+            if not isinstance(request.workload, ServingWorkload) and request.space.total_tokens is None:
+                raise _fail("space.total_tokens", "is needed by axes time,cost for training (the days and dollars of what?)")
+            return ParetoResponse(cost_front_response(request.workload, request.space))
         return ParetoResponse(pareto_response(request.workload, request.space))
 
 
@@ -298,13 +346,22 @@ class PackRequest:
     running: tuple[Mapping[str, Any], ...] = ()
     time_limit_s: float = 10.0
     workers: int = 4
+    hardware: Mapping[str, Any] | None = None
+    """A hardware file's content inline: cluster nodes may name its GPUs and profiles."""
+    usd_per_gpu_hour: Mapping[str, float] | None = None
+    """GPU type -> US dollars per GPU-hour, every GPU type of the cluster: the least-money
+    answer among those of the most value, and its dollars per hour (pack_prices)."""
+    objective: str = "throughput"
+    """'throughput' (weighted normalized throughput) or 'cost' (needs usd_per_gpu_hour: the
+    most job weight admitted at the least money per hour)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "PackRequest":
         if isinstance(data, dict) and "workload" in data:
             raise _fail("workload", "is not a field of a pack request (each job names its own workload)")
         data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
-                             ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers"))
+                             ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers", "hardware",
+                              "usd_per_gpu_hour", "objective"))
         for key in ("cluster", "jobs"):
             if key not in data:
                 raise _fail(key, "is missing")
@@ -314,11 +371,24 @@ class PackRequest:
             raise _fail("time_limit_s", "must be in (0, 3600] seconds, and workers in 1-64")
         if not isinstance(data["jobs"], list) or not isinstance(data.get("running", []), list):
             raise _fail("jobs", "jobs and running must be lists")
-        return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers)
+        prices = data.get("usd_per_gpu_hour")
+        if prices is not None:
+            prices = _coerce(Mapping[str, float], prices, "usd_per_gpu_hour")
+            for name, price in prices.items():
+                if price < 0:
+                    raise _fail(f"usd_per_gpu_hour.{name}", f"must be at least 0, got {price!r}")
+        objective = data.get("objective", "throughput")
+        if objective not in ("throughput", "cost"):
+            raise _fail("objective", f"'{objective}' is not throughput or cost")
+        return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers,
+                   _hardware_field(data), prices, objective)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "cluster": copy.deepcopy(dict(self.cluster)), "jobs": [dict(job) for job in self.jobs],
-                "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers}
+                "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers,
+                **_hardware_dict(self.hardware),
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}),
+                **({} if self.objective == "throughput" else {"objective": self.objective})}
 
 
 class PackResponse(Response):
@@ -346,7 +416,9 @@ def pack(request: PackRequest | Mapping[str, Any] | str) -> PackResponse:
     from vramopt.optimizer.pack import solve_pack
 
     request = _request(request, PackRequest)
-    nodes = parse_cluster(request.cluster)
-    jobs = parse_jobs(list(request.jobs))
-    running = parse_running(list(request.running), nodes) if request.running else ()
-    return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers))
+    with hardware_scope(request.hardware):
+        nodes = parse_cluster(request.cluster)
+        jobs = parse_jobs(list(request.jobs))
+        running = parse_running(list(request.running), nodes) if request.running else ()
+        return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers,
+                                       usd_per_gpu_hour=request.usd_per_gpu_hour, objective=request.objective))

@@ -55,6 +55,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise _fail(where, "must be an object")
         value_hint = arguments[1] if len(arguments) == 2 else Any
+        if value_hint is float:  # space.usd_per_gpu_hour: GPU name -> a number
+            return {str(key): _coerce(float, item, f"{where}.{key}") for key, item in value.items()}
         return {str(key): _pin_values(item, f"{where}.{key}", value_hint) for key, item in value.items()}
     raise _fail(where, f"has an unsupported type {hint}")
 

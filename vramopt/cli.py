@@ -40,7 +40,9 @@ from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
-from vramopt.cli_cost import add_time_and_cost, cost_options, with_cost_lines
+from vramopt.cli_cost import (add_time_and_cost, cost_options, money_flags_given, pack_money_line, price_options, space_cost_fields,
+                              time_money_front, with_cost_lines)
+from vramopt.display_cost import render_cost_front
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
 from vramopt.cli_group import (  # noqa: F401 - re-exported
@@ -90,8 +92,9 @@ from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.output_files import resolve_target, same_file, write_files_atomically, write_text_atomically
 from vramopt.optimizer.search import ENGINES
 from vramopt.plot import front_png
+from vramopt.plot_cost import cost_front_png
 from vramopt.optimizer.search import solve as solve_request
-from vramopt.types import ServingWorkload
+from vramopt.types import OBJECTIVES, ServingWorkload
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,8 +157,11 @@ def models(output_format: str) -> None:
 @main.command()
 @workload_options
 @space_options(default_max_gpus=8)
-@click.option("--objective", type=click.Choice(("throughput", "min-gpus", "per-gpu")), default="throughput", show_default=True,
-              help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU.")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput", show_default=True,
+              help="throughput: max tokens/s; min-gpus: fewest GPUs reaching --min-tokens-per-s; per-gpu: max tokens/s per GPU; "
+                   "cost: least money for --total-tokens (needs prices); cost-per-token: least money per output token (serving).")
+@click.option("--deadline-days", type=click.FloatRange(min=0.0, min_open=True, max=36_525.0), default=None,
+              help="With --objective cost: the run must end within this many days of wall clock.")
 @click.option("--min-tokens-per-s", type=click.FloatRange(min=0.0, min_open=True, max=1e15), default=None,
               help="Throughput target for --objective min-gpus.")
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
@@ -192,7 +198,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
     else:
         space = build_space(
             options,
-            objective=options["objective"],
+            **space_cost_fields(options["objective"], options["deadline_days"]),
             min_tokens_per_s=options["min_tokens_per_s"],
             time_limit_s=options["time_limit_s"],
             workers=options["workers"],
@@ -200,7 +206,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         workload, engine = build_workload(options), options["engine"]
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
-    add_time_and_cost(data)
+    add_time_and_cost(data, space)
     if result.estimate is None:
         if output_format == "json":
             emit(data, "json")
@@ -232,9 +238,13 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
 @click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
+@click.option("--axes", type=click.Choice(("throughput", "time,cost")), default="throughput", show_default=True,
+              help="throughput: tokens/s, GPUs, memory; time,cost: days (or tokens/s serving) against dollars (needs prices; "
+                   "training needs --total-tokens).")
 @hardware_option
+@cost_options
 @format_option()
-def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, **options: Any) -> None:
+def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, axes: str, **options: Any) -> None:
     """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
 
     The front is exact: it is the non-dominated subset of the whole candidate table, the
@@ -248,8 +258,14 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
         if path is not None:
             resolve_target(path)  # a device, a directory or a link to one: refused before the work
     workload = build_workload(options)
-    space = build_space(options)
-    response = pareto_response(workload, space, verify=verify)
+    if axes == "time,cost":
+        if verify:
+            raise click.UsageError("--verify certifies the tokens/s-GPUs-memory front; it does not apply to --axes time,cost")
+        response = time_money_front(workload, options)
+    else:
+        if money_flags_given():
+            raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
+        response = pareto_response(workload, build_space(options), verify=verify)
     rows = front_rows_for_csv(response)
     if not response["front"]:
         # As solve: no plan is a failure, and no output file is written or truncated.
@@ -262,14 +278,15 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     if output_path:
         outputs[output_path] = to_csv(rows)
     if plot_path:
-        outputs[plot_path] = front_png(response)
+        outputs[plot_path] = cost_front_png(response) if axes == "time,cost" else front_png(response)
     write_files_atomically(outputs)  # both or neither
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(rows, "csv")
     else:
-        echo(render_front(response, rows, output_path, plot_path))
+        render = render_cost_front if axes == "time,cost" else render_front
+        echo(render(response, rows, output_path, plot_path))
 
 
 @main.command()
@@ -278,9 +295,14 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--running", "running_path", type=str, default=None, help="Jobs already running: their GPUs and MIG instances stay theirs.")
 @click.option("--time-limit", "time_limit_s", type=TIME_LIMIT, default=10.0, show_default=True, help="Solver time limit, seconds.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
+@click.option("--objective", "pack_objective", type=click.Choice(("throughput", "cost")), default="throughput", show_default=True,
+              help="throughput: the most weighted normalized throughput; cost (needs prices): admit the most job weight "
+                   "at the least money per hour.")
 @hardware_option
+@price_options
 @format_option()
-def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int) -> None:
+def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int,
+         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
     from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
@@ -288,13 +310,17 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     nodes = parse_cluster(read_document(cluster_path), cluster_path)
     jobs = parse_jobs(read_document(jobs_path), jobs_path)
     running = parse_running(read_document(running_path), nodes, running_path) if running_path else ()
-    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers)
+    if pack_objective == "cost" and usd_per_gpu_hour is None:
+        raise click.UsageError("--objective cost needs prices: give --prices FILE or --price GPU=USD")
+    response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour,
+                          objective=pack_objective)
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(pack_rows(response), "csv")
     else:
-        echo(render_pack(response))
+        money = pack_money_line(response)
+        echo(render_pack(response) + (f"\n{money}" if money else ""))
 
 
 def read_json_request(path: str) -> Any:

@@ -21,13 +21,19 @@ def render_runners_up(result: Mapping[str, Any]) -> str:
     runners = result.get("runners_up") or []
     if not runners:
         return "runners-up: none (no other technique value gives a plan that fits)"
+    from vramopt.time_cost import cost_cells, cost_headers
+
+    costs = [runner.get("time_and_cost") for runner in runners]
+    money_headers = cost_headers(costs[0]) if costs[0] is not None else []
     rows = []
-    for runner in runners:
+    for runner, cost in zip(runners, costs):
         changes = ", ".join(
             f"{field} {_value_text(change['chosen'])}->{_value_text(change['runner_up'])}" for field, change in runner["differences"].items()
         )
-        rows.append([f"{runner['tokens_per_s']:,.0f}", percent(-runner["tokens_per_s_loss_fraction"]), gb(runner["memory_total_bytes"]), changes])
-    return table(rows, ["runner-up tokens/s", "vs chosen", "GB/GPU", "what changes"], align="rrrl")
+        money = cost_cells(cost) if money_headers else []
+        rows.append([f"{runner['tokens_per_s']:,.0f}", percent(-runner["tokens_per_s_loss_fraction"]), gb(runner["memory_total_bytes"]),
+                     *money, changes])
+    return table(rows, ["runner-up tokens/s", "vs chosen", "GB/GPU", *money_headers, "what changes"], align="rrr" + "r" * len(money_headers) + "l")
 
 
 def render_solver(solver: Mapping[str, Any]) -> str:
@@ -115,6 +121,10 @@ def render_serving(result: Mapping[str, Any]) -> str:
 
 def _goal(solver: Mapping[str, Any]) -> str:
     objective = str(solver.get("objective", ""))
+    if objective.startswith("cost-per-token"):
+        return "the least money per output token"
+    if objective.startswith("cost"):
+        return "the least money for the token budget"
     if objective.startswith("per-gpu"):
         return "the most tokens/s per GPU"
     if objective.startswith("min-gpus"):
@@ -239,6 +249,8 @@ def pack_rows(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     for placement in response["placements"]:
         row = {"job": placement["job"], "admitted": placement["admitted"], "reason": placement["reason"],
                "gpus_by_node": _placement_text(placement["gpus_by_node"])}
+        if "usd_per_hour" in placement:  # pack with prices
+            row["usd_per_hour"] = placement["usd_per_hour"]
         for section in ("plan", "memory", "throughput"):
             for key, value in (placement[section] or {}).items():
                 row[f"{section}.{key}"] = value

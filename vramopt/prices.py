@@ -1,15 +1,16 @@
 """Prices per GPU-hour, by GPU type (a node profile of a hardware file is a GPU type too).
 
-Prices come only from the user: a price file (``--prices FILE.toml``)
+Prices come from the user: a price file (``--prices FILE.toml``)
 
     [prices]
     h100 = { usd_per_gpu_hour = 2.5, source = "our cloud contract, 2026-11" }
 
-and ``--price GPU=USD`` flags, which win over the file for the GPUs they name. There are
-no built-in prices: the one public figure the project trusts, DeepSeek-V3's technical
-report (arXiv 2412.19437, section 1 and Table 1, training costs "assuming the rental price
-of the H800 is $2 per GPU hour"), is for an H800, which the catalog does not hold, and cloud list prices change
-month to month. A plan whose GPU has no price gets ``usd: null``, never a made-up figure.
+and ``--price GPU=USD`` flags, which win over the file for the GPUs they name. One
+built-in price, labelled as such in every ``usd_source``: the H800's $2 per GPU-hour of
+DeepSeek-V3's technical report (arXiv 2412.19437, section 1 and Table 1, training costs
+"assuming the rental price of the H800 is $2 per GPU hour"), the one public figure the
+project trusts; cloud list prices change month to month and are not built in. A plan whose
+GPU has no price gets ``usd: null``, never a made-up figure.
 
 GPU names are resolved through the active catalog (aliases allowed), so an unknown GPU is
 an error; a price must be a finite number at least 0.
@@ -27,9 +28,8 @@ from vramopt.errors import CatalogError, InputError, UnknownNameError
 from vramopt.hardware import load_gpu
 from vramopt.input_files import display_path
 
-BUILTIN_PRICES: Mapping[str, "Price"] = {}
-"""Empty on purpose (module docstring): no GPU of the catalog has a dated public price the
-project can cite."""
+BUILTIN_DEEPSEEK_H800_SOURCE = ("built-in: DeepSeek-V3 technical report (arXiv 2412.19437) Table 1, 'assuming the rental "
+                                "price of the H800 is $2 per GPU hour' (December 2024)")
 
 MAX_USD_PER_GPU_HOUR = 1e6
 """Far above any GPU's hourly price; a larger figure is a typo (cents for dollars)."""
@@ -39,6 +39,11 @@ MAX_USD_PER_GPU_HOUR = 1e6
 class Price:
     usd_per_gpu_hour: float
     source: str
+
+
+BUILTIN_PRICES: Mapping[str, Price] = {"h800": Price(2.0, BUILTIN_DEEPSEEK_H800_SOURCE)}
+"""The only GPU with a dated public price the project can cite (module docstring); a price
+file or flag wins over it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +114,13 @@ def parse_price_flag(text: str) -> tuple[str, Price]:
     except ValueError:
         raise fail(f"'{number}' is not a number") from None
     return _canonical(name.strip(), fail), Price(_checked(value, "the price", fail), "--price flag")
+
+
+def space_prices(usd_per_gpu_hour: Mapping[str, float], source: str = "request space.usd_per_gpu_hour") -> PriceTable:
+    """A search space's prices (already checked by ``cost_objective.check_cost_space``) as a
+    table, over the built-in ones."""
+    return PriceTable({**BUILTIN_PRICES,
+                       **{load_gpu(name).name: Price(float(value), source) for name, value in usd_per_gpu_hour.items()}})
 
 
 def build_prices(price_file: Path | str | None, flags: Iterable[str]) -> PriceTable:

@@ -78,6 +78,39 @@ def serving_time_and_cost(response: Mapping[str, Any], prices: PriceTable) -> di
     }
 
 
+def attach_time_and_cost(data: dict[str, Any], total_tokens: int | None, prices: PriceTable, priced: bool) -> None:
+    """Add ``time_and_cost`` to a response with a plan, and to each of its runners-up (their
+    days and dollars beside the chosen plan's): training when ``total_tokens`` is given,
+    serving when prices are."""
+    if data.get("plan") is None:
+        return
+    serving = data.get("workload") == "infer"
+    if serving and not priced or not serving and total_tokens is None:
+        return
+
+    def cost_of(response: Mapping[str, Any]) -> dict[str, Any]:
+        if serving:
+            return serving_time_and_cost(response, prices)
+        return training_time_and_cost(response, total_tokens, prices)
+
+    data["time_and_cost"] = cost_of(data)
+    for runner in data.get("runners_up") or []:
+        runner["time_and_cost"] = cost_of({"plan": runner["plan"], "throughput": {"tokens_per_s": runner["tokens_per_s"]}})
+
+
+def cost_headers(cost: Mapping[str, Any]) -> list[str]:
+    """The runners-up table's money columns (training: days and dollars; serving: dollars
+    per million output tokens and per hour)."""
+    return ["days", "USD"] if "total_tokens" in cost else ["USD/M tokens", "USD/hour"]
+
+
+def cost_cells(cost: Mapping[str, Any]) -> list[str]:
+    if "total_tokens" in cost:
+        return [f"{cost['wall_clock_days']:,.1f}", "-" if cost["usd"] is None else f"{cost['usd']:,.0f}"]
+    per_million, per_hour = cost["usd_per_million_output_tokens"], cost["usd_per_hour"]
+    return ["-" if per_million is None else f"{per_million:,.4f}", "-" if per_hour is None else f"{per_hour:,.2f}"]
+
+
 def render_time_and_cost(cost: Mapping[str, Any]) -> str:
     """The table output's lines for ``time_and_cost``."""
     usd = cost.get("usd") if "usd" in cost else cost.get("usd_per_million_output_tokens")

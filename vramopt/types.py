@@ -285,7 +285,7 @@ def lora_field_error(workload: TrainingWorkload) -> tuple[str, str] | None:
 WORKLOADS = TRAINING_KINDS + ("infer",)
 
 
-OBJECTIVES = ("throughput", "min-gpus", "per-gpu")
+OBJECTIVES = ("throughput", "min-gpus", "per-gpu", "cost", "cost-per-token")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -306,10 +306,19 @@ class SearchSpace:
     pin: Mapping[str, str] = field(default_factory=dict)
     objective: str = "throughput"
     """'throughput' (max tokens/s), 'min-gpus' (fewest GPUs reaching min_tokens_per_s),
-    'per-gpu' (max tokens/s per GPU)."""
+    'per-gpu' (max tokens/s per GPU), 'cost' (training: least money for total_tokens),
+    'cost-per-token' (serving: least money per output token)."""
     min_tokens_per_s: float | None = None
     time_limit_s: float = 10.0
     workers: int = 4
+    total_tokens: int | None = None
+    """Training tokens to process: objective 'cost' (least money for them) needs it; with any
+    other training objective the response adds their time and cost (``time_and_cost``)."""
+    deadline_days: float | None = None
+    """Objective 'cost': the run must end within this many days of wall clock."""
+    usd_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    """US dollars per GPU-hour by GPU type; objectives 'cost' (training) and 'cost-per-token'
+    (serving) need one for every GPU type searched (optimizer/cost_objective.py)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -33,10 +33,11 @@ def fits_capacities(nodes, options, combination) -> bool:
             and all(used <= nvme_limit_mib(nodes[index]) for index, used in nvme_use.items()))
 
 
-def brute_force(jobs, nodes, options, best) -> tuple[int, int] | None:
-    """The best (value, -whole GPUs) over every assignment."""
+def brute_force(jobs, nodes, options, best, price_units=None, admit_all: bool = False) -> tuple[int, int] | None:
+    """The best (value, -whole GPUs) over every assignment (with ``price_units``: value,
+    -integer money per hour)."""
     nodes = list(nodes)
-    values = Values(jobs, options, best)
+    values = Values(jobs, options, best, price_units, admit_all)
     choices_per_job = []
     for job_options in options:
         choices = [None]

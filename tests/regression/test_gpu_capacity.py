@@ -34,6 +34,7 @@ RUNTIME_BYTES = {
     "h200": round(139.80 * GIB),
     # Assumptions stated in the catalog: nvidia-smi total less a sibling's measured reservation.
     "h100-pcie": 85_045_477_376,  # 81559 MiB like the H100 SXM; the SXM's runtime figure
+    "h800": 85_045_477_376,  # the H100 SXM's: the same 80 GB HBM3 part (issue 17)
     "a100-40gb": (40_960 - 762) * MIB,  # A100 80GB's 81920 - 81158 MiB
     "gb200": (189_471 - 717) * MIB,  # B200's 183359 - 182642 MiB
     "rtx5090": (32_607 - 354) * MIB,  # RTX 4090's 24564 - 24210 MiB
@@ -43,13 +44,13 @@ RUNTIME_BYTES = {
 }
 
 DATASHEET_GB = {
-    "h100": 80, "h100-pcie": 80, "a100-80gb": 80, "a100-40gb": 40, "h200": 141, "b200": 180, "b200-192gb": 192,
+    "h100": 80, "h100-pcie": 80, "h800": 80, "a100-80gb": 80, "a100-40gb": 40, "h200": 141, "b200": 180, "b200-192gb": 192,
     "gb200": 186, "l40s": 48, "mi300x": 192, "rtx4090": 24, "rtx5090": 32, "rtx6090": 48,
 }
 
 
 def test_every_catalog_gpu_is_covered():
-    """issue 11 item 17: all 13 catalog GPUs state a runtime capacity."""
+    """issue 11 item 17: all 14 catalog GPUs (13, and the H800 of issue 17) state a runtime capacity."""
     assert {gpu.name for gpu in all_gpus()} == set(RUNTIME_BYTES) == set(DATASHEET_GB)
 
 

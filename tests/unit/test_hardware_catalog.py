@@ -25,6 +25,7 @@ REQUIRED_GPUS = (
     "a100-80gb",
     "h100",
     "h100-pcie",
+    "h800",
     "h200",
     "b200",
     "b200-192gb",
@@ -35,7 +36,7 @@ REQUIRED_GPUS = (
     "l40s",
     "mi300x",
 )
-MIG_GPUS = ("a100-40gb", "a100-80gb", "h100", "h100-pcie", "h200", "b200", "b200-192gb", "gb200")
+MIG_GPUS = ("a100-40gb", "a100-80gb", "h100", "h100-pcie", "h800", "h200", "b200", "b200-192gb", "gb200")
 NO_MIG_GPUS = ("rtx4090", "rtx5090", "rtx6090", "l40s", "mi300x")
 
 MINIMAL_GPU = """\
@@ -583,7 +584,7 @@ def test_shipped_topologies() -> None:
     assert topologies["mi300x"] == "full_mesh"
     assert {name for name, kind in topologies.items() if kind == "pcie"} == {"rtx4090", "rtx5090", "rtx6090", "l40s", "h100-pcie"}
     assert {name for name, kind in topologies.items() if kind == "switch"} == {
-        "a100-40gb", "a100-80gb", "h100", "h200", "b200", "b200-192gb", "gb200"}
+        "a100-40gb", "a100-80gb", "h100", "h800", "h200", "b200", "b200-192gb", "gb200"}
     mi300x = load_gpu("mi300x")
     assert mi300x.mesh_link_bandwidth_bytes_per_s == pytest.approx(64e9)
     assert mi300x.nvlink_bandwidth_bytes_per_s == pytest.approx(7 * 64e9)

@@ -27,10 +27,15 @@ def test_file_and_flags(tmp_path):
     assert prices.get("h200") is None
 
 
-def test_no_builtin_prices():
-    """The catalog has no H800, the one GPU with a citable public price (DeepSeek-V3 report)."""
-    assert BUILTIN_PRICES == {}
-    assert build_prices(None, []).by_gpu == {}
+def test_the_one_builtin_price_is_deepseeks_h800_and_says_so():
+    """issue 17 item 2: built-in prices only where a public source exists, labelled: the
+    H800 at $2 per GPU-hour (DeepSeek-V3 report, Table 1); a flag wins over it."""
+    assert set(BUILTIN_PRICES) == {"h800"}
+    builtin = build_prices(None, []).get("h800-sxm")
+    assert builtin.usd_per_gpu_hour == 2.0
+    assert builtin.source.startswith("built-in: DeepSeek-V3 technical report (arXiv 2412.19437) Table 1")
+    assert build_prices(None, []).get("h100") is None
+    assert build_prices(None, ["h800=1.5"]).get("h800").usd_per_gpu_hour == 1.5
 
 
 def test_a_profile_of_a_hardware_file_can_be_priced(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from vramopt.optimizer import cost_objective
 from vramopt.optimizer.cp_variables import CpVariables
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 from vramopt.optimizer.problem import Problem
@@ -49,6 +50,9 @@ def stage_expressions(variables: CpVariables) -> list:
         (int(problem.activation.time_ticks[key, item]), literal) for (key, item), literal in activation_terms
     ]
     objective = problem.space.objective
+    if objective in cost_objective.COST_OBJECTIVES:
+        ticks_with_keys = [(coefficient, literal, key) for (coefficient, literal), key in zip(ticks, item_keys)]
+        return cost_objective.stage_terms(problem, key_terms, ticks_with_keys, gpus, memory, rank, _linear, _tie_breaks)
     if objective == "throughput":
         return [_linear(ticks)] + _tie_breaks([gpus, memory, rank])
     if objective == "per-gpu":

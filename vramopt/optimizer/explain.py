@@ -20,6 +20,7 @@ from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, build_problem
+from vramopt.optimizer.cost_objective import deadline_reason, smallest_count_meeting_deadline
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
 from vramopt.types import PRECISIONS, SearchSpace
@@ -113,6 +114,13 @@ def _relaxations(problem: Problem, workload, space: SearchSpace, deadline: _Dead
                     continue
                 smallest = int(bigger.keys["gpus"][best.key])
                 detail = f"the smallest GPU count whose best plan fits and reaches {space.min_tokens_per_s:,.0f} tokens/s is {smallest}"
+            elif space.deadline_days is not None:
+                # A lower bound could be optimistic here too: the deadline needs the plan itself.
+                smallest = smallest_count_meeting_deadline(bigger)
+                if smallest is None:
+                    factor *= 2
+                    continue
+                detail = f"the smallest GPU count with a plan that fits and ends within {space.deadline_days:g} days is {smallest}"
             else:
                 # For the other objectives a key is feasible exactly when its leanest items fit.
                 smallest = int(bigger.keys["gpus"][lower_bounds(bigger) < UNREACHABLE].min())
@@ -239,6 +247,10 @@ def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Exp
 
 def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanation:
     workload, space = problem.workload, problem.space
+    late = deadline_reason(problem, _try)
+    if late is not None:
+        fix = Relaxation(f"--deadline-days {math.ceil(late[1] * 10) / 10:g}", "the fastest plan's wall clock")
+        return Explanation(late[0], "deadline", None, None, (fix,) + relaxations)
     if space.objective == "min-gpus":
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:

@@ -20,6 +20,9 @@ OBJECTIVES = ("tokens_per_s: maximize", "gpus: minimize", "memory.total_bytes (p
 def pareto_response(workload, space: SearchSpace, verify: bool = False) -> dict[str, Any]:
     if space.objective != "throughput" or space.min_tokens_per_s is not None:
         raise InputError("the Pareto front covers tokens/s, GPUs and memory at once: --objective and --min-tokens-per-s do not apply")
+    if space.total_tokens is not None or space.deadline_days is not None or space.usd_per_gpu_hour:
+        raise InputError("total_tokens, deadline_days and usd_per_gpu_hour apply to the time-money front (axes time,cost), "
+                         "not to the tokens/s-GPUs-memory front")
     started = time.perf_counter()
     serving = isinstance(workload, ServingWorkload)
     # Every GPU count stays in a serving table: the largest-count-per-layout pruning is
@@ -71,8 +74,8 @@ def front_rows_for_csv(response: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for point in response["front"]:
         row: dict[str, Any] = {"chosen": point["chosen"]}
-        for section in ("plan", "memory", "throughput"):
-            for key, value in point[section].items():
+        for section in ("plan", "memory", "throughput", "time_and_cost"):
+            for key, value in point.get(section, {}).items():
                 row[f"{section}.{key}"] = value
         rows.append(row)
     return rows

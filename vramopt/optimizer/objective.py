@@ -8,12 +8,14 @@ For a candidate (key k, state item s, activation item a):
   then more headroom, then the fixed order)
 - "per-gpu": minimize (N*T, N, M, rank)              (max tokens/s per GPU)
 - "min-gpus": minimize (N, T, M, rank) with T <= the bound that reaches min_tokens_per_s.
+- "cost", "cost-per-token": minimize (price x N x T, T, N, M, rank) (optimizer/cost_objective.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from vramopt.optimizer import cost_objective
 from vramopt.units import mib_ceil_array
 
 
@@ -25,6 +27,8 @@ def components(problem, key, step_ticks, memory_mib, rank):
     """The objective tuple's arrays (broadcast over whatever shape the inputs have)."""
     gpus = problem.keys["gpus"][key]
     objective = problem.space.objective
+    if objective in cost_objective.COST_OBJECTIVES:
+        return cost_objective.components(problem, key, step_ticks, memory_mib, rank)
     if objective == "throughput":
         return (step_ticks, np.broadcast_to(gpus, np.shape(step_ticks)), memory_mib, rank)
     if objective == "per-gpu":
@@ -41,6 +45,8 @@ def rank_of(problem, key, state_item, activation_item):
 def describe(problem) -> str:
     """The lexicographic objective in words, for reports."""
     space = problem.space
+    if space.objective in cost_objective.COST_OBJECTIVES:
+        return cost_objective.describe(space)
     if space.objective == "throughput":
         return "throughput: max tokens/s, then fewer GPUs, more headroom, a fixed order of choices"
     if space.objective == "per-gpu":

@@ -30,6 +30,7 @@ from vramopt.optimizer.pack_greedy import greedy
 from vramopt.optimizer.pack_inventory import apply_running
 from vramopt.optimizer.pack_model import placement_count
 from vramopt.optimizer.pack_options import build_options, job_options, workload_of
+from vramopt.optimizer.pack_prices import add_money, pack_price_units
 from vramopt.optimizer.pack_response import build_response
 from vramopt.optimizer.pack_value import STEPS_PER_SMALLEST_WEIGHT, Values, objective_of
 from vramopt.optimizer.serving_problem import check_serving_workload
@@ -73,7 +74,20 @@ def _check_running_not_queued(jobs, running) -> None:
                              "GPUs and is not placed again; remove it from one of the two")
 
 
-def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int = 4) -> dict:
+PACK_OBJECTIVES = ("throughput", "cost")
+
+
+def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int = 4, usd_per_gpu_hour=None,
+               objective: str = "throughput") -> dict:
+    """``usd_per_gpu_hour`` (GPU type -> US dollars, every GPU type of the cluster): the
+    assignments of the most value are told apart by money per hour instead of whole GPUs,
+    and the response reports it (``pack_prices``). ``objective`` 'cost' (needs prices):
+    admit the most job weight (every job, when they all fit) at the least money per hour,
+    whatever their throughput beyond ``min_tokens_per_s``."""
+    if objective not in PACK_OBJECTIVES:
+        raise InputError(f"pack objective '{objective}' is not one of {', '.join(PACK_OBJECTIVES)}")
+    if objective == "cost" and usd_per_gpu_hour is None:
+        raise InputError("pack objective cost needs prices (--prices FILE or --price GPU=USD)")
     started = time.perf_counter()
     deadline = started + time_limit_s
     jobs, running = tuple(jobs), tuple(running)
@@ -83,13 +97,19 @@ def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int
     _check_running_not_queued(jobs, running)
     nodes = apply_running(tuple(nodes), running)
     built = build_options(jobs, nodes, deadline)
-    values = Values(jobs, built.options, built.best)
+    units = None if usd_per_gpu_hour is None else pack_price_units(nodes, built.options, usd_per_gpu_hour)
+    values = Values(jobs, built.options, built.best, units, admit_all=objective == "cost")
     floor = greedy(jobs, built.options, values, nodes)
     solve = solve_exact if placement_count(nodes, built.options) <= EXACT_MODEL_MAX_PLACEMENTS else solve_decomposed
     result = solve(jobs, nodes, built.options, values, floor, deadline, workers)
     solver = _label(jobs, built, values, result, time.perf_counter() - started)
-    value = objective_of(values, built.options, result.assignment)[0]
-    return build_response(jobs, nodes, built, result.assignment, solver, values.report(value), time_limit_s)
+    # The weighted normalized throughput is reported under either objective.
+    throughput_values = values if objective == "throughput" else Values(jobs, built.options, built.best)
+    value = objective_of(throughput_values, built.options, result.assignment)[0]
+    response = build_response(jobs, nodes, built, result.assignment, solver, throughput_values.report(value), time_limit_s)
+    if usd_per_gpu_hour is not None:
+        add_money(response, result.assignment, built.options, usd_per_gpu_hour, jobs, objective)
+    return response
 
 
 def _label(jobs, built, values: Values, result: Result, wall_time_s: float) -> dict:

@@ -116,9 +116,10 @@ def _symmetry_breaking(model: PackModel, nodes) -> None:
 
 def _objective(model: PackModel, options, values: Values) -> None:
     # Maximized first: sum of weight x normalized throughput (integers, pack_value); the
-    # whole GPUs used are minimized next, with that value fixed (pack_exact).
+    # whole GPUs used (with prices: the money per hour) are minimized next, with that value
+    # fixed (pack_exact).
     model.value = weighted([(values.of(job, option), literal) for (job, option), literal in model.admitted.items()])
-    model.gpus_used = weighted([(options[job][option].gpus, literal) for (job, option), literal in model.admitted.items()])
+    model.gpus_used = weighted([(values.cost_of(options[job][option]), literal) for (job, option), literal in model.admitted.items()])
     model.cp.maximize(model.value)
 
 

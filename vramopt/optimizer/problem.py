@@ -30,6 +30,7 @@ from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
 from vramopt.models import load_model
+from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
@@ -68,8 +69,8 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     check_workload_fields(workload.kind, space)
     if not isinstance(workload, TrainingWorkload):
         _raise_on_empty_serving_domain(workload, space)
-        return build_serving_problem(workload, space)
-    return build_training_problem(workload, space)
+        return with_cost_objective(build_serving_problem(workload, space))
+    return with_cost_objective(build_training_problem(workload, space))
 
 
 def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vramopt.optimizer import cost_objective
 from vramopt.optimizer.problem import ItemTable
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
@@ -68,7 +69,9 @@ def lower_bounds(problem) -> np.ndarray:
     ).min(axis=1)
     gpus = problem.keys["gpus"]
     objective = problem.space.objective
-    if objective == "throughput":
+    if objective in cost_objective.COST_OBJECTIVES:
+        feasible, primary, _ = cost_objective.primary_bounds(problem, ticks, ticks, feasible)
+    elif objective == "throughput":
         primary = ticks
     elif objective == "per-gpu":
         primary = gpus * ticks
@@ -106,7 +109,9 @@ def reduce(problem) -> Reduced:
     use_first = first <= second
 
     objective = problem.space.objective
-    if objective == "throughput":
+    if objective in cost_objective.COST_OBJECTIVES:
+        feasible, lower_primary, upper_primary = cost_objective.primary_bounds(problem, lower, upper, feasible)
+    elif objective == "throughput":
         lower_primary, upper_primary = lower, upper
     elif objective == "per-gpu":
         lower_primary, upper_primary = gpus * lower, np.where(feasible, gpus * upper, UNREACHABLE)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from vramopt.optimizer.cost_objective import other_gpu_types
 from vramopt.optimizer.decode import plan_values
 from vramopt.optimizer.oracle import Choice, best_in_keys_by_bound
 from vramopt.optimizer.prune import lower_bounds
@@ -57,12 +58,16 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
         choice = best_in_keys_by_bound(masked, keys, lower)
         if choice is None:
             continue
-        if choice.objective[:3] == chosen.objective[:3]:
+        if choice.objective[:-1] == chosen.objective[:-1]:
             # Same speed, GPUs and memory: a setting that changes nothing (e.g. selective
             # recomputation under flash attention, or a MIG profile spanning the GPU).
             continue
         identity = (choice.key, choice.state_item, choice.activation_item)
         if identity not in found or choice.objective < found[identity][1].objective:
             found[identity] = (field, choice)
-    ranked = sorted(found.values(), key=lambda pair: pair[1].objective)
-    return ranked[:count]
+    ranked = sorted(found.values(), key=lambda pair: pair[1].objective)[:count]
+    # Money objectives: each other GPU type's best plan too (its days and dollars).
+    shown = {(choice.key, choice.state_item, choice.activation_item) for _, choice in ranked}
+    extra = [pair for pair in other_gpu_types(problem, chosen, lower, best_in_keys_by_bound)
+             if (pair[1].key, pair[1].state_item, pair[1].activation_item) not in shown]
+    return ranked + extra

@@ -93,6 +93,8 @@ class Problem:
     choices: dict = field(repr=False)
     kind: str = "train"
     """'train' (any training kind) or 'infer'."""
+    gpu_price_units: tuple[int, ...] = ()
+    """Objectives cost and cost-per-token: each GPU type's integer price (optimizer/cost_objective.py)."""
 
     @property
     def key_count(self) -> int:
@@ -144,6 +146,9 @@ def check_space(space: SearchSpace, workload) -> None:
         raise InputError("--min-tokens-per-s is only used with --objective min-gpus")
     if not space.gpus:
         raise InputError("at least one GPU type is needed (--gpu)")
+    from vramopt.optimizer.cost_objective import check_cost_space  # the money fields' own checks
+
+    check_cost_space(space, workload)
 
 
 def gpu_types(space: SearchSpace, choices) -> tuple[GpuSpec, ...]:
