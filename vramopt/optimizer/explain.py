@@ -112,7 +112,9 @@ def _relaxations(problem: Problem, workload, space: SearchSpace, deadline: _Dead
                     factor *= 2
                     continue
                 smallest = int(bigger.keys["gpus"][best.key])
-                detail = f"the smallest GPU count whose best plan fits and reaches {space.min_tokens_per_s:,.0f} tokens/s is {smallest}"
+                target = (f"reaches {space.min_tokens_per_s:,.0f} tokens/s" if space.min_tokens_per_s is not None
+                          else "serves the request load within its targets")
+                detail = f"the smallest GPU count whose best plan fits and {target} is {smallest}"
             else:
                 # For the other objectives a key is feasible exactly when its leanest items fit.
                 smallest = int(bigger.keys["gpus"][lower_bounds(bigger) < UNREACHABLE].min())
@@ -239,7 +241,13 @@ def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Exp
 
 def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanation:
     workload, space = problem.workload, problem.space
-    if space.objective == "min-gpus":
+    if problem.kind == "infer" and getattr(workload, "input_tokens", None) is not None:
+        from vramopt.optimizer.explain_requests import explain_request_load
+
+        explained = explain_request_load(workload, space, relaxations)
+        if explained is not None:
+            return explained
+    if space.objective == "min-gpus" and space.min_tokens_per_s is not None:
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:
             best = solve_exhaustive(memory_only)
