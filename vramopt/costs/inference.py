@@ -93,6 +93,18 @@ class ServingColumns:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.__dataclass_fields__))[0])
 
 
+def gemm_flops_per_s(gpu: GpuSpec, quantization_codes, compute_share) -> np.ndarray:
+    """The achievable GEMM rate of each row's weight format (``compute_share``: the MIG
+    instance's fraction of the GPU's compute, 1 for whole GPUs): the peak of the
+    precision it computes in x the utilization calibrated on training, with the same
+    fp8/fp4 ratios. The one place a batch-dependent GEMM efficiency (the operator-level
+    throughput model) is meant to replace."""
+    ratios = {"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}
+    codes = np.asarray(quantization_codes)
+    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in QUANTIZATION_COMPUTE])[codes] * compute_share
+    return peak * coefficient("base_utilization") * np.array([ratios[name] for name in QUANTIZATION_COMPUTE])[codes]
+
+
 def _mig_table(gpu: GpuSpec, column, attribute, whole):
     values = np.array([getattr(profile, attribute) for profile in gpu.mig_profiles] + [whole], dtype=float)
     return values[np.where(column >= 0, column, len(gpu.mig_profiles))]
@@ -173,12 +185,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
 
     # Decode roofline for one replica: stages run one after another, each tensor-parallel.
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
-    compute_name = np.array(QUANTIZATION_COMPUTE)[columns.quantization]
-    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in compute_name]) * compute_share
-    # The same calibrated utilization as training, with the same fp8/fp4 ratios.
-    ratio = np.array([{"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}[name]
-                      for name in compute_name])
-    flops_rate = peak * coefficient("base_utilization") * ratio
+    flops_rate = gemm_flops_per_s(gpu, columns.quantization, compute_share)
     kv_read = slots * average_tokens * kv_per_token
     bytes_per_step = model_weights / t + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
