@@ -99,6 +99,8 @@ workload_options = apply_options(
         click.option("--input-tokens", type=int, default=None,
                      help="infer: prompt tokens per request (with --output-tokens: the request-level model, docs/serving.md)."),
         click.option("--output-tokens", type=int, default=None, help="infer: generated tokens per request."),
+        click.option("--lengths", "lengths_path", type=str, default=None,
+                     help="infer: CSV of request lengths (header input_tokens,output_tokens), instead of the two flags above."),
         click.option("--rate", "rate_per_s", type=float, default=None,
                      help="infer: Poisson arrival rate of requests over the deployment, requests/s."),
         click.option("--concurrency", type=int, default=None,
@@ -164,7 +166,7 @@ SERVING_ONLY = {
     "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
     "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
     "speculative_decoding": "--speculative", "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
-    "rate_per_s": "--rate", "concurrency": "--concurrency", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
+    "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
 }
 
 
@@ -221,11 +223,17 @@ def build_plan(options: Mapping[str, Any]):
 
 def request_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The request-level serving fields; without --context, max-model-len is the larger of
-    8,192 and input + output tokens."""
+    8,192 and the longest request's input + output tokens."""
     fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")}
     lengths = (fields["input_tokens"], fields["output_tokens"])
-    if all(isinstance(length, int) and length > 0 for length in lengths) and not given("context"):
-        fields["context"] = max(options["context"], sum(lengths))
+    longest = sum(lengths) if all(isinstance(length, int) and length > 0 for length in lengths) else None
+    if options.get("lengths_path") is not None:
+        from vramopt.length_samples_file import read_length_samples
+
+        fields["length_samples"] = read_length_samples(options["lengths_path"])
+        longest = max(prompt + output for prompt, output in fields["length_samples"])
+    if longest is not None and not given("context"):
+        fields["context"] = max(options["context"], longest)
     return fields
 
 

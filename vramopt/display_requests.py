@@ -11,6 +11,13 @@ def _ms(value: float | None) -> str:
     return "not served" if value is None else f"{value:,.1f} ms"
 
 
+def _lengths(requests: Mapping[str, Any]) -> str:
+    if requests.get("length_samples"):
+        return (f"{requests['length_samples']:,} sampled requests, mean {requests['input_tokens']:,.1f} input + "
+                f"{requests['output_tokens']:,.1f} output tokens")
+    return f"{requests['input_tokens']:,} input + {requests['output_tokens']:,} output tokens"
+
+
 def render_requests(result: Mapping[str, Any]) -> str:
     """Per-request figures beside tokens/s, and the check of each request target."""
     requests = result["requests"]
@@ -23,13 +30,13 @@ def render_requests(result: Mapping[str, Any]) -> str:
         ["time to first token, p99", _ms(requests["ttft_p99_ms"])],
         ["time to first token, mean", _ms(requests["ttft_mean_ms"])],
         ["time per output token, mean", _ms(requests["tpot_ms"])],
-        [f"prefill of one {requests['input_tokens']:,}-token prompt (chunked, beside the decodes)", _ms(requests["prefill_ms"])],
+        [f"prefill of one {requests['input_tokens']:,.0f}-token prompt (chunked, beside the decodes)", _ms(requests["prefill_ms"])],
         ["sequences decoding per replica", f"{requests['running_per_replica']:,.1f}"],
         ["capacity: requests/s at saturation", f"{requests['capacity_requests_per_s']:,.2f}"],
         ["capacity: output tokens/s at saturation", f"{requests['capacity_output_tokens_per_s']:,.0f}"],
     ]
     lines = [
-        f"requests  {requests['input_tokens']:,} input + {requests['output_tokens']:,} output tokens; {load}",
+        f"requests  {_lengths(requests)}; {load}",
         table(rows, ["per request", "value"]),
     ]
     checks = []

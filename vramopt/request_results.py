@@ -10,9 +10,9 @@ from typing import Any, Mapping
 from vramopt.costs.request_serving import RequestLoad, request_targets_met
 
 QUEUEING_MODEL = (
-    "continuous batching with chunked prefill; steady state by Little's law; TTFT = M/D/1 queueing of prompt tokens "
-    "(mean: Pollaczek-Khinchine; p99: the M/M/1 waiting-time tail, an upper bound) + the request's own chunked prefill; "
-    "TPOT = mean step time with its prefill share"
+    "continuous batching with chunked prefill; steady state by Little's law; TTFT = M/G/1 queueing of prompt tokens "
+    "(mean: Pollaczek-Khinchine; tail: exponential, exact for M/M/1, Kingman's heavy-traffic form otherwise) + the request's "
+    "own chunked prefill; TPOT = mean step time with its prefill share"
 )
 
 
@@ -32,6 +32,7 @@ def requests_dict(values: Mapping[str, Any], load: RequestLoad) -> dict[str, Any
     return {
         "input_tokens": load.input_tokens,
         "output_tokens": load.output_tokens,
+        "length_samples": len(load.inputs) if len(load.inputs) > 1 else None,
         "mode": _mode(load),
         "rate_per_s": load.rate_per_s,
         "concurrency": load.concurrency,

@@ -347,6 +347,9 @@ class ServingWorkload:
     (docs/serving.md): prefill and decode under continuous batching, TTFT and TPOT."""
     output_tokens: int | None = None
     """Generated tokens of every request."""
+    length_samples: tuple[tuple[int, ...], ...] | None = None
+    """Instead of fixed lengths: one [input_tokens, output_tokens] pair per sampled request
+    (the CLI's --lengths CSV), the mix the model averages over."""
     rate_per_s: float | None = None
     """Poisson arrival rate of requests over the whole deployment, requests/s."""
     concurrency: int | None = None

@@ -41,7 +41,7 @@ def test_the_must_show_json_meets_the_targets_and_validates():
     assert result.exit_code == 0, result.output
     response = json.loads(result.stdout)
     requests, requirements = response["requests"], response["requirements"]
-    assert requests["served"] and requests["requests_per_s"] == 10
+    assert requests["served"] and requests["requests_per_s"] == 10 <= requests["capacity_requests_per_s"]
     assert requests["ttft_p99_ms"] <= 2000 and requests["tpot_ms"] <= 50
     assert requirements["met"] and requirements["ttft_p99_met"] and requirements["tpot_met"]
     assert response["runners_up"]
@@ -78,3 +78,17 @@ def test_bad_lengths_and_rates_are_one_line_and_exit_2(extra):
 def test_request_flags_do_not_apply_to_training():
     result = invoke(["solve", "--model", "8b", "--rate", "3"])
     assert result.exit_code == 2 and "--rate does not apply to --workload train" in result.stderr
+
+
+def test_a_lengths_csv_drives_the_request_model(tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("input_tokens,output_tokens\n" + "".join(f"{100 + 37 * i % 900},{20 + 53 * i % 400}\n" for i in range(200)))
+    result = invoke(["solve", "--workload", "infer", "--model", "8b", "--gpu", "a100-80gb", "--lengths", str(lengths), "--rate", "5",
+                     "--tpot-ms", "40", "--objective", "min-gpus", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    response = json.loads(result.stdout)
+    assert response["requests"]["length_samples"] == 200 and response["requirements"]["met"]
+    body = {key: value for key, value in response.items() if key not in ("solver", "runners_up", "explanation", "offload_cost")}
+    assert _schema_errors()(body, SCHEMA, SCHEMA) == []
+    missing = invoke(["solve", "--workload", "infer", "--model", "8b", "--lengths", str(tmp_path / "none.csv")])
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: --lengths")

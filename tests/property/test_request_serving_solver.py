@@ -1,5 +1,5 @@
 """CP-SAT = exhaustive on the request-level serving tables (issue 16 item 5): requests of
-given lengths at a rate, a concurrency or saturation, with TTFT/TPOT targets, under every
+given lengths (fixed, or a sampled mix) at a rate, a concurrency or saturation, with TTFT/TPOT targets, under every
 objective (min-gpus with the request load as its only target included); and more GPUs
 never serve the load with a worse optimum."""
 
@@ -22,12 +22,15 @@ GPUS = ("a100-40gb", "a100-80gb", "h100", "h200", "l40s", "mi300x")
 @st.composite
 def request_loads(draw):
     mode = draw(st.sampled_from(("rate", "concurrency", "saturation")))
+    mix = draw(st.booleans())
+    samples = tuple(draw(st.lists(st.tuples(st.integers(1, 1500), st.integers(1, 500)), min_size=2, max_size=20))) if mix else None
     workload = ServingWorkload(
         model=draw(st.sampled_from(MODELS)),
         context=2048,
         headroom_fraction=draw(st.sampled_from((0.05, 0.1, 0.2))),
-        input_tokens=draw(st.sampled_from((16, 200, 1000, 1500))),
-        output_tokens=draw(st.sampled_from((8, 128, 500))),
+        input_tokens=None if mix else draw(st.sampled_from((16, 200, 1000, 1500))),
+        output_tokens=None if mix else draw(st.sampled_from((8, 128, 500))),
+        length_samples=samples,
         rate_per_s=draw(st.sampled_from((0.5, 4.0, 40.0))) if mode == "rate" else None,
         concurrency=draw(st.sampled_from((1, 32, 512))) if mode == "concurrency" else None,
         ttft_p99_ms=draw(st.sampled_from((None, 200.0, 2000.0))),
@@ -80,3 +83,24 @@ def test_more_gpus_never_need_more_gpus(model, rate, max_gpus):
     large = solve(workload, SearchSpace(gpus=("h100",), max_gpus=2 * max_gpus, objective="min-gpus", workers=1), runner_up_count=0)
     if small.estimate is not None:
         assert large.estimate is not None and large.estimate.plan.gpus <= small.estimate.plan.gpus
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=80)
+@given(st.sampled_from(MODELS), st.sampled_from(("h100", "a100-80gb", "l40s")), st.sampled_from((1, 2, 4, 8)),
+       st.sampled_from((1, 2)), st.sampled_from(("bf16", "fp8", "int4")), st.sampled_from((1, 16, 256, 2048)),
+       st.sampled_from((16, 1000)), st.sampled_from((8, 500)), st.floats(0.01, 200.0), st.booleans())
+def test_a_served_rate_never_exceeds_the_capacity(model, gpu, gpus, pipeline, quantization, slots, prompt, output, rate, speculative):
+    """Whatever the plan, a rate it serves is at most its saturation capacity (the served
+    throughput n / (output x step(n)) grows with the batch n, largest at saturation)."""
+    from vramopt.estimate import estimate_serving
+    from vramopt.types import ServingPlan
+
+    workload = ServingWorkload(model=model, context=2048, input_tokens=prompt, output_tokens=output, rate_per_s=rate)
+    plan = ServingPlan(gpu=gpu, gpus=gpus, pipeline_parallel=pipeline, quantization=quantization, slots=slots,
+                       speculative_decoding=speculative)
+    try:
+        values = estimate_serving(workload, plan).values
+    except InputError:
+        assume(False)
+    if values["sustainable"]:
+        assert rate <= values["capacity_requests_per_s"] * (1 + 1e-9)

@@ -26,7 +26,7 @@ import numpy as np
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
-from vramopt.costs.request_serving import RequestLoad, evaluate_requests, request_kv_tokens_per_slot
+from vramopt.costs.request_serving import RequestLoad, evaluate_requests, mix_contexts, request_kv_tokens_per_slot
 from vramopt.costs.vllm_memory import EngineMemorySettings, kv_capacity_tokens, kv_pool_bytes, profile_activation_peak_bytes
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -159,7 +159,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     else:
         # Requests of known lengths: a paged slot holds its actual length in whole blocks,
         # a contiguous one the full max-model-len; attention reads the mean context.
-        average_tokens = case.requests.input_tokens + (case.requests.output_tokens + 1) / 2.0
+        average_tokens = mix_contexts(case.requests)[0]
         held = np.where(columns.paged_kv == 1, request_kv_tokens_per_slot(case.requests, case.kv_block_tokens), float(case.context))
         replica_kv_cache = slots * held * kv_per_token
     # Tensor parallelism splits the KV heads; beyond their count they are replicated

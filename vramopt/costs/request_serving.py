@@ -31,11 +31,19 @@ TPOT is T / E (a mean: every step carries its share of prefill).
 TTFT = queueing + the request's own prefill. The prompt is processed in chunks of the
 budget left by the decodes (r = budget - n tokens per step), so its prefill takes
 ``ceil(input / r)`` steps of ``step(n, min(input, r))``. Prompt tokens queue for that
-budget: an M/D/1 queue (Poisson arrivals, fixed lengths) with utilization rho = lambda x
-input / (r / step(n, r)) and service time S = input / (r / step(n, r)). Mean wait:
-Pollaczek-Khinchine, rho S / (2 (1 - rho)); p99 wait: the M/M/1 waiting-time distribution
-P(W > t) = rho exp(-(1 - rho) t / S) (Kleinrock 1975, Queueing Systems vol. 1, chapter 3),
-which bounds the deterministic-service tail from above, so the p99 TTFT is conservative.
+budget: an M/G/1 queue (Poisson arrivals) with service S = input / (r / step(n, r)) and
+utilization rho = lambda E[S]. Mean wait: Pollaczek-Khinchine, lambda E[S^2] / (2 (1 -
+rho)) (Kleinrock 1975, Queueing Systems vol. 1, section 5.7). Tail: P(W > t) = rho exp(-rho
+t / W), exact for M/M/1 and Kingman's heavy-traffic exponential (Kingman 1961) otherwise.
+With fixed lengths the p99 TTFT is the p99 wait + the prefill; with a length mix it is
+bounded by the union bound: the wait's 99.5th percentile + the prefill of the
+99.5th-percentile prompt (P(W + P > w + p) <= P(W > w) + P(P > p)).
+
+A length mix (``inputs``/``outputs``: one pair per sampled request) enters through its
+means (Little's law), the mean context a decode token attends to (sum of O I + O (O + 1)
+/ 2 over sum of O: long requests decode for more steps), the mean causal context of a
+prompt token (sum I^2 / 2 / sum I), the KV blocks a running sequence holds on average over
+the decode steps, E[S^2] of the prompt queue and the prompt quantiles of the TTFT.
 
 Closed loop (a fixed ``concurrency`` of clients, each sending its next request when the
 last one finishes, as benchmark clients with max-concurrency do): n = min(clients per
@@ -55,17 +63,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vramopt.costs.vllm_memory import mean_tokens_held
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RequestLoad:
     """The requests a deployment serves and its service-level targets."""
 
-    input_tokens: int
-    """Prompt tokens of every request."""
-    output_tokens: int
-    """Generated tokens of every request."""
+    input_tokens: float
+    """Prompt tokens of every request (the mean of ``inputs``)."""
+    output_tokens: float
+    """Generated tokens of every request (the mean of ``outputs``)."""
+    inputs: tuple[int, ...] = ()
+    """The requests' prompt lengths, one per sampled request (one entry: fixed lengths)."""
+    outputs: tuple[int, ...] = ()
+    """The requests' output lengths, paired with ``inputs``."""
     rate_per_s: float | None = None
     """Poisson arrival rate of requests over the whole deployment (open loop)."""
     concurrency: int | None = None
@@ -80,14 +91,15 @@ def _affine_fixed_point(groups):
     """T* = step(T) for step(T) = sum over groups of max over (a, b) pieces of a + b T.
 
     The sum of maxima is the maximum over one piece per group, so the fixed point is the
-    largest a / (1 - b) over those combinations; inf where a combination has b >= 1 and a > 0
-    (no steady state: the replica falls behind)."""
+    largest a / (1 - b) over those combinations; inf where a combination has b >= 1, even
+    with a = 0: the step always has a positive part (the weights), so a piece growing as
+    fast as T leaves no positive fixed point (no steady state: the replica falls behind)."""
     best = None
     for combination in itertools.product(*groups):
         a = sum(piece[0] for piece in combination)
         b = sum(piece[1] for piece in combination)
         with np.errstate(divide="ignore", invalid="ignore"):
-            point = np.where(b < 1.0, a / (1.0 - b), np.where(a > 0, np.inf, 0.0))
+            point = np.where(b < 1.0, a / (1.0 - b), np.inf)
         best = point if best is None else np.maximum(best, point)
     return best
 
@@ -107,8 +119,7 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
     weights_read = values["weights_read_bytes"]
     kv_token = values["kv_read_bytes_per_token"]
     link = values["link_bytes_per_s"]
-    decode_context = load.input_tokens + (load.output_tokens + 1) / 2.0
-    prefill_context = load.input_tokens / 2.0
+    decode_context, prefill_context = mix_contexts(load)
     linear = 2.0 * model.params_active / t
     attention = 4.0 * model.layers * model.heads * model.head_dim / t
     latency = np.where(t > 1, 2.0 * model.layers * values["all_reduce_latency_s"], 0.0)
@@ -174,25 +185,36 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
         sustainable = np.isfinite(step_s) & (batch >= 1)
 
     room = budget - running * verified
+    inputs = np.asarray(load.inputs, dtype=float)
+    points, tail_input, tail_quantile = ttft_points(inputs)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        chunk = np.minimum(float(load.input_tokens), room)
-        prefill_s = np.ceil(load.input_tokens / room) * step(running, chunk)
+        def prefill(length):
+            """One prompt of ``length`` tokens in chunks of the room the decodes leave."""
+            return np.ceil(length / room) * step(running, np.minimum(length, room))
+
+        prefill_s = prefill(float(load.input_tokens))
+        prefill_mean = np.mean([prefill(point) for point in points], axis=0)
+        prefill_tail = prefill(tail_input)
         prompt_rate = room / step(running, room)
-        service = load.input_tokens / prompt_rate
         utilization = np.where(load.rate_per_s is not None, arrivals * load.input_tokens / prompt_rate, 0.0)
         stable = utilization < 1.0
-        mean_wait = np.where(stable, utilization * service / (2.0 * (1.0 - utilization)), np.inf)
-        tail_wait = np.where(stable, np.where(utilization > 0.01, service * np.log(100.0 * np.maximum(utilization, 0.01)) / (1.0 - utilization), 0.0), np.inf)
+        # M/G/1 (Pollaczek-Khinchine): W = lambda E[S^2] / (2 (1 - rho)), S = input / prompt rate.
+        second_moment = float(np.mean(inputs**2)) / prompt_rate**2
+        mean_wait = np.where(stable, arrivals * second_moment / (2.0 * (1.0 - utilization)), np.inf)
+        # P(W > t) = rho exp(-rho t / W): exact for M/M/1, Kingman's heavy-traffic exponential otherwise.
+        tail_wait = np.where(stable, np.where(utilization > tail_quantile, mean_wait / np.maximum(utilization, 1e-300)
+                                              * np.log(np.maximum(utilization, 1e-300) / tail_quantile), 0.0), np.inf)
         # Closed loop: clients beyond the batch wait for a finishing request.
         client_wait = np.where(waiting_clients > 0, waiting_clients / arrivals, 0.0)
-        ttft_mean = prefill_s + mean_wait + client_wait
-        ttft_p99 = prefill_s + tail_wait + client_wait
+        ttft_mean = prefill_mean + mean_wait + client_wait
+        ttft_p99 = prefill_tail + tail_wait + client_wait
         tpot = step_s / emitted
     sustainable &= (room >= 1.0) & stable
     return {
         "ttft_mean_s": np.where(sustainable, ttft_mean, np.inf),
         "ttft_p99_s": np.where(sustainable, ttft_p99, np.inf),
         "prefill_alone_s": prefill_s,
+        "prefill_tail_s": prefill_tail,
         "tpot_s": np.where(sustainable, tpot, np.inf),
         "requests_per_s": np.where(sustainable, requests, 0.0),
         "output_tokens_per_s_at_load": np.where(sustainable, requests * load.output_tokens, 0.0),
@@ -220,12 +242,44 @@ def request_targets_met(values, load: RequestLoad | None) -> dict[str, np.ndarra
     return met
 
 
+TTFT_POINTS = 32
+"""Equal-probability prompt lengths the mean TTFT averages the prefill over."""
+
+
+def ttft_points(inputs: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(prompt lengths for the mean prefill, the tail prompt length, the tail probability of
+    the wait). Fixed lengths: the one length, and the wait's own p99 (0.01). A mix: the
+    p99 TTFT is bounded by the union bound P(W + P > w + p) <= P(W > w) + P(P > p) with
+    both at 0.5%: the 99.5th-percentile prompt and a wait tail of 0.005."""
+    if inputs.size == 1 or np.all(inputs == inputs[0]):
+        return inputs[:1], float(inputs[0]), 0.01
+    points = np.quantile(inputs, (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS)
+    return points, float(np.quantile(inputs, 0.995)), 0.005
+
+
+def mix_contexts(load: RequestLoad) -> tuple[float, float]:
+    """(mean context a decode token attends to, mean causal context of a prompt token):
+    sum over requests of (O I + O (O + 1) / 2) / sum O, and sum I^2 / 2 / sum I."""
+    inputs, outputs = np.asarray(load.inputs, dtype=float), np.asarray(load.outputs, dtype=float)
+    decode = float(np.sum(outputs * inputs + outputs * (outputs + 1) / 2.0) / np.sum(outputs))
+    return decode, float(np.sum(inputs**2) / 2.0 / np.sum(inputs))
+
+
+def _block_prefix(tokens: np.ndarray, block_size_tokens: int) -> np.ndarray:
+    """sum over x = 1..tokens of ceil(x / block) * block, in closed form."""
+    full, rest = np.divmod(tokens, block_size_tokens)
+    return block_size_tokens**2 * full * (full + 1) / 2 + rest * (full + 1) * block_size_tokens
+
+
 def request_kv_tokens_per_slot(load: RequestLoad, block_size_tokens: int) -> float:
-    """Token slots a running sequence holds on average: its actual length in whole blocks."""
-    return mean_tokens_held(load.input_tokens, load.output_tokens, block_size_tokens)
+    """Token slots a running sequence holds on average over the decode steps: each request's
+    actual length in whole blocks after each of its output tokens, weighted by its steps."""
+    inputs, outputs = np.asarray(load.inputs, dtype=np.int64), np.asarray(load.outputs, dtype=np.int64)
+    held = _block_prefix(inputs + outputs, block_size_tokens) - _block_prefix(inputs, block_size_tokens)
+    return float(np.sum(held) / np.sum(outputs))
 
 
-REQUEST_FIELDS = ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")
+REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")
 """The serving workload's request-level fields (types.ServingWorkload)."""
 
 
@@ -238,17 +292,26 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     given = [name for name in REQUEST_FIELDS if getattr(workload, name) is not None]
     if not given:
         return None
-    if workload.input_tokens is None or workload.output_tokens is None:
-        raise InputError(f"{', '.join(given)} need both input_tokens and output_tokens (--input-tokens, --output-tokens)")
-    for name in ("input_tokens", "output_tokens"):
-        value = getattr(workload, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-            raise InputError(f"{name} must be a positive integer, got {value!r}")
-    total = workload.input_tokens + workload.output_tokens
+    samples = workload.length_samples
+    if samples is not None:
+        if workload.input_tokens is not None or workload.output_tokens is not None:
+            raise InputError("give input_tokens and output_tokens or length_samples (--lengths), not both")
+        pairs = _checked_samples(samples)
+    else:
+        if workload.input_tokens is None or workload.output_tokens is None:
+            raise InputError(f"{', '.join(given)} need both input_tokens and output_tokens (--input-tokens, --output-tokens) "
+                             "or length_samples (--lengths)")
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(workload, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        pairs = [(workload.input_tokens, workload.output_tokens)]
+    total = max(prompt + output for prompt, output in pairs)
+    what = "input + output tokens" if samples is None else "the longest request's input + output tokens"
     if total > max_context:
-        raise InputError(f"input + output tokens ({total:,}) exceed {model_name}'s context of {max_context:,} tokens")
+        raise InputError(f"{what} ({total:,}) exceed {model_name}'s context of {max_context:,} tokens")
     if total > workload.context:
-        raise InputError(f"input + output tokens ({total:,}) exceed the context of {workload.context:,} tokens "
+        raise InputError(f"{what} ({total:,}) exceed the context of {workload.context:,} tokens "
                          "(vLLM max-model-len); raise --context")
     if workload.rate_per_s is not None and workload.concurrency is not None:
         raise InputError("give a request rate or a concurrency, not both")
@@ -260,9 +323,33 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     clients = workload.concurrency
     if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_COUNT):
         raise InputError(f"concurrency must be a positive integer, got {clients!r}")
+    inputs, outputs = tuple(pair[0] for pair in pairs), tuple(pair[1] for pair in pairs)
+    fixed = len(pairs) == 1
     return RequestLoad(
-        input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
+        input_tokens=inputs[0] if fixed else sum(inputs) / len(inputs),
+        output_tokens=outputs[0] if fixed else sum(outputs) / len(outputs),
+        inputs=inputs, outputs=outputs,
         rate_per_s=None if workload.rate_per_s is None else float(workload.rate_per_s), concurrency=clients,
         ttft_p99_s=None if workload.ttft_p99_ms is None else workload.ttft_p99_ms / 1e3,
         tpot_s=None if workload.tpot_ms is None else workload.tpot_ms / 1e3,
     )
+
+
+MAX_LENGTH_SAMPLES = 1_000_000
+"""Most sampled requests a length mix may hold."""
+
+
+def _checked_samples(samples) -> list[tuple[int, int]]:
+    """(input, output) pairs of positive integers, at least one and at most MAX_LENGTH_SAMPLES."""
+    from vramopt.errors import InputError
+    from vramopt.types import MAX_COUNT
+
+    if not isinstance(samples, (tuple, list)) or not 1 <= len(samples) <= MAX_LENGTH_SAMPLES:
+        raise InputError(f"length_samples must hold 1 to {MAX_LENGTH_SAMPLES:,} [input, output] pairs")
+    pairs = []
+    for index, pair in enumerate(samples):
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or any(isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT for value in pair)):
+            raise InputError(f"length_samples[{index}] must be [input_tokens, output_tokens], two positive integers, got {pair!r}")
+        pairs.append((int(pair[0]), int(pair[1])))
+    return pairs

@@ -241,7 +241,7 @@ def explain_infeasible(problem: Problem, deadline_s: float | None = None) -> Exp
 
 def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanation:
     workload, space = problem.workload, problem.space
-    if problem.kind == "infer" and getattr(workload, "input_tokens", None) is not None:
+    if problem.kind == "infer" and (getattr(workload, "input_tokens", None) is not None or getattr(workload, "length_samples", None) is not None):
         from vramopt.optimizer.explain_requests import explain_request_load
 
         explained = explain_request_load(workload, space, relaxations)

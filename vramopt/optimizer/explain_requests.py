@@ -23,7 +23,7 @@ from vramopt.optimizer.tables import gpu_types
 from vramopt.results import Explanation, Relaxation
 from vramopt.types import PRECISIONS, SearchSpace
 
-FIELDS = ("ttft_p99_s", "tpot_s", "prefill_alone_s", "sustainable", "capacity_requests_per_s")
+FIELDS = ("ttft_p99_s", "tpot_s", "prefill_tail_s", "sustainable", "capacity_requests_per_s")
 
 
 def _evaluated_rows(workload, space: SearchSpace):
@@ -72,6 +72,18 @@ def _evaluated_rows(workload, space: SearchSpace):
     return {name: np.concatenate(arrays) for name, arrays in gathered.items()}, labels
 
 
+def _lengths(workload) -> str:
+    if workload.length_samples is not None:
+        return f"{len(workload.length_samples):,} sampled request lengths"
+    return f"{workload.input_tokens:,} + {workload.output_tokens:,} tokens"
+
+
+def _prompt(workload) -> str:
+    if workload.length_samples is not None:
+        return "the 99.5th-percentile prompt of the length mix"
+    return f"{workload.input_tokens:,} tokens"
+
+
 def explain_request_load(workload, space: SearchSpace, relaxations: tuple[Relaxation, ...]) -> Explanation | None:
     """The binding request target and its smallest relaxation; None when memory (not a
     target) is what no plan meets, so the memory explanation applies."""
@@ -88,22 +100,22 @@ def explain_request_load(workload, space: SearchSpace, relaxations: tuple[Relaxa
         capacity = float(values["capacity_requests_per_s"][best])
         load = (f"{workload.rate_per_s:g} requests/s" if workload.rate_per_s is not None else f"{workload.concurrency:,} clients")
         found.append(Relaxation(f"--rate {math.floor(capacity * 100) / 100:g}", f"the most any plan {within} serves ({labels[best]}) at saturation"))
-        return Explanation(f"no plan {within} keeps up with {load} of {workload.input_tokens:,} + {workload.output_tokens:,} tokens: "
+        return Explanation(f"no plan {within} keeps up with {load} of {_lengths(workload)}: "
                            f"the largest capacity is {capacity:,.2f} requests/s ({labels[best]})", "request_rate", None, None, tuple(found))
     ttft = np.where(served, values["ttft_p99_s"], np.inf)
     tpot = np.where(served, values["tpot_s"], np.inf)
     ttft_ok = ttft <= ttft_target if ttft_target is not None else np.ones_like(served)
     tpot_ok = tpot <= tpot_target if tpot_target is not None else np.ones_like(served)
     if ttft_target is not None and not (ttft_ok & tpot_ok).any():
-        fastest = int(np.argmin(np.where(served, values["prefill_alone_s"], np.inf)))
-        prefill = float(values["prefill_alone_s"][fastest])
+        fastest = int(np.argmin(np.where(served, values["prefill_tail_s"], np.inf)))
+        prefill = float(values["prefill_tail_s"][fastest])
         candidates = np.where(tpot_ok, ttft, np.inf)
         if candidates.min() < np.inf:
             best = int(np.argmin(candidates))
             found.append(Relaxation(f"--ttft-p99-ms {math.ceil(candidates[best] * 1e3)}",
                                     f"the smallest p99 TTFT {within} that keeps the other targets ({labels[best]})"))
         if prefill > ttft_target:
-            reason = (f"prefill of {workload.input_tokens:,} tokens alone takes {prefill:,.2f} s on the fastest plan {within} "
+            reason = (f"prefill of {_prompt(workload)} alone takes {prefill:,.2f} s on the fastest plan {within} "
                       f"({labels[fastest]}); the p99 TTFT target is {ttft_target:g} s")
         else:
             best = int(np.argmin(ttft))
