@@ -96,6 +96,17 @@ workload_options = apply_options(
                      help="infer: concurrent sequences the deployment must hold at least."),
         click.option("--max-latency-ms", type=click.FloatRange(min=0.0, min_open=True, max=1e7), default=None,
                      help="infer: upper bound of the time per output token, milliseconds."),
+        click.option("--input-tokens", type=int, default=None,
+                     help="infer: prompt tokens per request (with --output-tokens: the request-level model, docs/serving.md)."),
+        click.option("--output-tokens", type=int, default=None, help="infer: generated tokens per request."),
+        click.option("--lengths", "lengths_path", type=str, default=None,
+                     help="infer: CSV of request lengths (header input_tokens,output_tokens), instead of the two flags above."),
+        click.option("--rate", "rate_per_s", type=float, default=None,
+                     help="infer: Poisson arrival rate of requests over the deployment, requests/s."),
+        click.option("--concurrency", type=int, default=None,
+                     help="infer: clients each keeping one request in flight (instead of --rate)."),
+        click.option("--ttft-p99-ms", type=float, default=None, help="infer: bound on the p99 time to first token, ms."),
+        click.option("--tpot-ms", type=float, default=None, help="infer: bound on the mean time per output token, ms."),
         click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
                      help="lora/qlora: adapter rank (adapters on every linear layer)."),
         click.option("--seq-len", type=POSITIVE, default=4096, show_default=True, help="Tokens per sequence."),
@@ -156,7 +167,8 @@ TRAINING_ONLY = {
 SERVING_ONLY = {
     "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
     "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
-    "speculative_decoding": "--speculative",
+    "speculative_decoding": "--speculative", "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
+    "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
 }
 
 
@@ -199,16 +211,34 @@ def build_plan(options: Mapping[str, Any]):
     return TrainingPlan(**values)
 
 
+def request_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The request-level serving fields; without --context, max-model-len is the larger of
+    8,192 and the longest request's input + output tokens."""
+    fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")}
+    lengths = (fields["input_tokens"], fields["output_tokens"])
+    longest = sum(lengths) if all(isinstance(length, int) and length > 0 for length in lengths) else None
+    if options.get("lengths_path") is not None:
+        from vramopt.length_samples_file import read_length_samples
+
+        fields["length_samples"] = read_length_samples(options["lengths_path"])
+        longest = max(prompt + output for prompt, output in fields["length_samples"])
+    if longest is not None and not given("context"):
+        fields["context"] = max(options["context"], longest)
+    return fields
+
+
 def build_workload(options: Mapping[str, Any]):
     kind = options["workload_kind"]
     reject_unused_options(kind)
     if kind == "infer":
+        requests = request_options(options)
         return ServingWorkload(
             model=options["model"],
-            context=options["context"],
+            context=requests.pop("context", options["context"]),
             headroom_fraction=options["headroom"],
             min_slots=options["min_slots"],
             max_latency_ms=options["max_latency_ms"],
+            **requests,
         )
     return TrainingWorkload(
         model=options["model"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, on_off, percent, table
+from vramopt.display_requests import render_requests, request_goal
 from vramopt.display_training import _context_brief, optimizer_why_line, render_training
 
 
@@ -49,7 +50,8 @@ def render_solver(solver: Mapping[str, Any]) -> str:
 SERVING_MEMORY_LABELS = {
     "weights_bytes": "weights",
     "kv_cache_bytes": "KV cache",
-    "activations_bytes": "activations (prefill chunk, logits)",
+    "activations_bytes": "activations (vLLM profiling step)",
+    "cuda_graphs_bytes": "CUDA graphs",
     "draft_model_bytes": "draft model + its KV cache",
     "reserve_bytes": "framework reserve",
 }
@@ -111,11 +113,19 @@ def render_serving(result: Mapping[str, Any]) -> str:
     summary = [
         ["output tokens/s (all replicas)", f"{throughput['tokens_per_s']:,.0f}"],
         ["time per output token (one sequence)", f"{throughput['latency_per_token_ms']:,.2f} ms"],
+        ["KV cache capacity (vLLM's count, one replica)", f"{throughput['kv_capacity_tokens']:,} tokens"],
         ["decode step", f"{throughput['step_time_s'] * 1e3:,.2f} ms ({bound})"],
         ["tensor-parallel all-reduces per step", f"{throughput['tensor_parallel_s'] * 1e3:,.2f} ms"],
         [f"prefill of a prompt of {plan['context']:,} tokens", f"{throughput['prefill_time_s']:,.2f} s"],
     ]
+    if "requests" in result:
+        summary[0][0] = "output tokens/s at saturation (all replicas)"
+        summary[1][0] = "time per output token at the offered load"
+        summary[3][0] = "step at the offered load (decodes + prefill share)"
+        summary[5] = [f"prefill of a prompt of {result['requests']['input_tokens']:,.0f} tokens", f"{throughput['prefill_time_s']:,.2f} s"]
     lines.append(table(summary, ["throughput", "value"]))
+    if "requests" in result:
+        lines.extend(["", render_requests(result)])
     return "\n".join(lines)
 
 
@@ -137,7 +147,7 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
     memory, throughput = result["memory"], result["throughput"]
     if result["workload"] == "infer":
         why = (
-            f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
+            f"why       {request_goal(result) or _goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every "
             f"{'MIG instance' if result['plan']['mig_profile'] != 'none' else 'GPU'} free: {gb(memory['total_bytes'])} of "
             f"{gb(memory['capacity_bytes'])} GB used"
         )

@@ -10,6 +10,7 @@ import numpy as np
 from vramopt.catalog_files import suggest
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase, ServingColumns, evaluate_serving, serving_invalid_reasons
 from vramopt.costs.coefficients import coefficient
+from vramopt.costs.request_serving import request_load
 from vramopt.costs.lora import adapter_parameters, frozen_bytes_per_parameter
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.errors import InputError
@@ -93,7 +94,8 @@ def serving_case(workload: ServingWorkload, gpu_name: str) -> ServingCase:
     model = load_model(workload.model)
     if workload.context > model.max_context:
         raise InputError(f"context {workload.context} is longer than {model.name}'s context of {model.max_context} tokens")
-    return ServingCase(model=model, gpu=load_gpu(gpu_name), context=workload.context, headroom_fraction=float(workload.headroom_fraction))
+    return ServingCase(model=model, gpu=load_gpu(gpu_name), context=workload.context, headroom_fraction=float(workload.headroom_fraction),
+                       requests=request_load(workload, model.max_context, model.name))
 
 
 def mig_profile_code(gpu, name: str) -> int:

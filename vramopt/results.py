@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from vramopt.costs.inference import requirements_met
+from vramopt.request_results import request_requirements, requests_dict
 from vramopt.costs.training import MEMORY_TERMS
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import ModelSpec, TrainingPlan, TrainingWorkload
@@ -180,6 +181,7 @@ class ServingEstimate(EvaluatedPlan):
             "activations_bytes": float(values["activations_bytes"]),
             "logits_bytes": 0.0,
             "kv_cache_bytes": float(values["kv_cache_bytes"]),
+            "cuda_graphs_bytes": float(values["cuda_graphs_bytes"]),
             "draft_model_bytes": float(values["draft_bytes"]),
             "reserve_bytes": float(values["reserve_bytes"]),
             "total_bytes": float(values["total_bytes"]),
@@ -196,6 +198,7 @@ class ServingEstimate(EvaluatedPlan):
             "latency_per_token_ms": float(values["latency_per_token_s"]) * 1e3,
             "step_time_s": float(values["step_time_s"]),
             "concurrent_slots": int(round(values["concurrent_slots"])),
+            "kv_capacity_tokens": int(values["kv_capacity_tokens"]),
             "prefill_time_s": float(values["prefill_time_s"]),
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
             "memory_bound": bool(values["memory_bound"]),
@@ -205,13 +208,17 @@ class ServingEstimate(EvaluatedPlan):
         """The workload's service requirements and whether this plan meets them, by the same
         test that makes a candidate invalid in solve (``costs.inference.requirements_met``)."""
         slots_met, latency_met = (bool(met) for met in requirements_met(self.values, self.workload.min_slots, self.workload.max_latency_ms))
-        return {
+        body = {
             "min_slots": self.workload.min_slots,
             "min_slots_met": slots_met,
             "max_latency_ms": self.workload.max_latency_ms,
             "max_latency_met": latency_met,
             "met": slots_met and latency_met,
         }
+        if self.case.requests is not None:
+            body.update(request_requirements(self.values, self.case.requests, self.workload))
+            body["met"] = body["met"] and body["load_served"] and body["ttft_p99_met"] and body["tpot_met"]
+        return body
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,6 +228,7 @@ class ServingEstimate(EvaluatedPlan):
             "plan": self.plan_dict(),
             "memory": self.memory_dict(),
             "throughput": self.throughput_dict(),
+            **({"requests": requests_dict(self.values, self.case.requests)} if self.case.requests is not None else {}),
             "requirements": self.requirements_dict(),
         }
 

@@ -353,4 +353,21 @@ class ServingWorkload:
     """Concurrent sequences the whole deployment must hold at least."""
     max_latency_ms: float | None = None
     """Upper bound of the time per output token of one sequence, milliseconds."""
+    input_tokens: int | None = None
+    """Prompt tokens of every request; with output_tokens, the request-level model
+    (docs/serving.md): prefill and decode under continuous batching, TTFT and TPOT."""
+    output_tokens: int | None = None
+    """Generated tokens of every request."""
+    length_samples: tuple[tuple[int, ...], ...] | None = None
+    """Instead of fixed lengths: one [input_tokens, output_tokens] pair per sampled request
+    (the CLI's --lengths CSV), the mix the model averages over."""
+    rate_per_s: float | None = None
+    """Poisson arrival rate of requests over the whole deployment, requests/s."""
+    concurrency: int | None = None
+    """Clients each keeping one request in flight (closed loop); neither rate nor
+    concurrency: the deployment's capacity with every request queued at once."""
+    ttft_p99_ms: float | None = None
+    """Bound on the 99th-percentile time to first token, milliseconds."""
+    tpot_ms: float | None = None
+    """Bound on the mean time per output token, milliseconds."""
     kind: str = "infer"

@@ -40,7 +40,7 @@ make_runner = _helpers.make_runner
 SOLVE_KEYS = ("solver", "runners_up", "explanation", "offload_cost")
 MEMORY_TERMS = (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes", "kv_cache_bytes",
-    "draft_model_bytes", "reserve_bytes",
+    "cuda_graphs_bytes", "draft_model_bytes", "reserve_bytes",
 )
 
 CASES = {
@@ -159,7 +159,7 @@ def test_every_serving_key_is_documented_in_the_contract():
     text = CONTRACT_PATH.read_text()
     root = schema()
     keys = set(root["properties"])
-    for name in ("model", "plan", "memory", "throughput", "requirements"):
+    for name in ("model", "plan", "memory", "throughput", "requirements", "requests"):
         keys |= set(root["$defs"][name]["properties"])
     missing = sorted(key for key in keys if not re.search(rf"`{re.escape(key)}`", text))
     assert missing == []

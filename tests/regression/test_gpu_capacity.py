@@ -35,7 +35,7 @@ RUNTIME_BYTES = {
     # Assumptions stated in the catalog: nvidia-smi total less a sibling's measured reservation.
     "h100-pcie": 85_045_477_376,  # 81559 MiB like the H100 SXM; the SXM's runtime figure
     "h800": 85_045_477_376,  # the H100 SXM's: the same 80 GB HBM3 part (issue 17)
-    "a100-40gb": (40_960 - 762) * MIB,  # A100 80GB's 81920 - 81158 MiB
+    "a100-40gb": 40_536 * MIB,  # cudaDeviceProp.totalGlobalMem of an A100-SXM4-40GB (PaddlePaddle get_device_properties docstring)
     "gb200": (189_471 - 717) * MIB,  # B200's 183359 - 182642 MiB
     "rtx5090": (32_607 - 354) * MIB,  # RTX 4090's 24564 - 24210 MiB
     # Not products: scaled from the B200 (192/180) and a shipping 48 GB card (RTX 6000 Ada).

@@ -4,9 +4,11 @@ Memory per GPU, or per MIG instance (DESIGN.md section 3): quantized weights / (
 cache ``slots * tokens * kv_bytes_per_token / (t*p)`` where tokens is the full context
 per slot for contiguous allocation and the average tokens in use, rounded up to blocks,
 plus vLLM's < 4% waste, for PagedAttention (Kwon et al. 2023) -- both from the helpers of
-``costs/kv_cache.py``, the one implementation of those bytes; the activations of one
-prefill chunk; a draft model and its KV cache under speculative decoding; the framework
-reserve.
+``costs/kv_cache.py``, the one implementation of those bytes; the activation peak of
+vLLM's profiling step (a forward pass of the chunked-prefill budget and the sampler over
+every slot) and its CUDA graphs (``costs/vllm_memory.py``); a draft model and its KV cache
+under speculative decoding; the framework reserve. ``kv_capacity_tokens`` is the KV pool
+vLLM would allocate with the same terms (``gpu_memory_utilization`` = 1 - headroom).
 
 Decode step time (a roofline, Williams et al. 2009): the larger of the bytes read (weights
 and the KV cache in use) over the achievable HBM bandwidth and the FLOPs over the
@@ -24,6 +26,8 @@ import numpy as np
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
+from vramopt.costs.request_serving import RequestLoad, evaluate_requests, mix_contexts, request_kv_tokens_per_slot
+from vramopt.costs.vllm_memory import EngineMemorySettings, kv_capacity_tokens, kv_pool_bytes, profile_activation_peak_bytes
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
@@ -52,7 +56,13 @@ class ServingCase:
     kv_block_tokens: int = 16
     """vLLM's default block size."""
     prefill_chunk_tokens: int = 8192
-    """Chunked-prefill budget per step (vLLM max_num_batched_tokens; assumption 8,192)."""
+    """Chunked-prefill budget per step (vLLM max_num_batched_tokens: V1's default 8,192 for
+    the OpenAI server, vllm/engine/arg_utils.py); also the profiling step's tokens."""
+    requests: RequestLoad | None = None
+    """Requests of known lengths, a rate or concurrency and targets (costs/request_serving.py);
+    None: the decode-only model at ``average_context_fraction`` of the context."""
+    engine: EngineMemorySettings = EngineMemorySettings()
+    """How vLLM sizes its KV pool (costs/vllm_memory.py); its utilization is 1 - headroom."""
     draft_params_fraction: float = 0.02
     """Speculative decoding draft model size relative to the target (assumption: a 1B-class
     draft for a 70B target, as Llama-3.2-1B for Llama-3.1-70B)."""
@@ -81,6 +91,18 @@ class ServingColumns:
 
     def __len__(self) -> int:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.__dataclass_fields__))[0])
+
+
+def gemm_flops_per_s(gpu: GpuSpec, quantization_codes, compute_share) -> np.ndarray:
+    """The achievable GEMM rate of each row's weight format (``compute_share``: the MIG
+    instance's fraction of the GPU's compute, 1 for whole GPUs): the peak of the
+    precision it computes in x the utilization calibrated on training, with the same
+    fp8/fp4 ratios. The one place a batch-dependent GEMM efficiency (the operator-level
+    throughput model) is meant to replace."""
+    ratios = {"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}
+    codes = np.asarray(quantization_codes)
+    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in QUANTIZATION_COMPUTE])[codes] * compute_share
+    return peak * coefficient("base_utilization") * np.array([ratios[name] for name in QUANTIZATION_COMPUTE])[codes]
 
 
 def _mig_table(gpu: GpuSpec, column, attribute, whole):
@@ -126,13 +148,20 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     model_weights = np.array([quantized_weight_bytes(model.params_total, name) for name in QUANTIZATIONS])[columns.quantization]
     weights = model_weights / shards
     kv_per_token = np.array([kv_cache_bytes_per_token(model, name) for name in KV_CACHE_DTYPES])[columns.kv_cache_dtype]
-    average_tokens = kv_tokens_in_use(case.context, case.average_context_fraction, case.kv_block_tokens)
-    replica_kv_cache = np.zeros(len(columns))
-    for code, name in enumerate(KV_CACHE_DTYPES):
-        in_dtype = columns.kv_cache_dtype == code
-        if in_dtype.any():
-            every_row = kv_cache_bytes(model, slots, case.context, name, columns.paged_kv == 1, case.average_context_fraction, case.kv_block_tokens)
-            replica_kv_cache = np.where(in_dtype, every_row, replica_kv_cache)
+    if case.requests is None:
+        average_tokens = kv_tokens_in_use(case.context, case.average_context_fraction, case.kv_block_tokens)
+        replica_kv_cache = np.zeros(len(columns))
+        for code, name in enumerate(KV_CACHE_DTYPES):
+            in_dtype = columns.kv_cache_dtype == code
+            if in_dtype.any():
+                every_row = kv_cache_bytes(model, slots, case.context, name, columns.paged_kv == 1, case.average_context_fraction, case.kv_block_tokens)
+                replica_kv_cache = np.where(in_dtype, every_row, replica_kv_cache)
+    else:
+        # Requests of known lengths: a paged slot holds its actual length in whole blocks,
+        # a contiguous one the full max-model-len; attention reads the mean context.
+        average_tokens = mix_contexts(case.requests)[0]
+        held = np.where(columns.paged_kv == 1, request_kv_tokens_per_slot(case.requests, case.kv_block_tokens), float(case.context))
+        replica_kv_cache = slots * held * kv_per_token
     # Tensor parallelism splits the KV heads; beyond their count they are replicated
     # (Megatron/vLLM GQA with tp > kv_heads), so the cache stops shrinking.
     # MLA's compressed latent is one vector per token, not per head: every tensor-parallel
@@ -140,24 +169,23 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     kv_split = np.minimum(t, model.kv_heads) if model.mla is None else np.ones_like(t)
     kv_shards = p * kv_split
     kv_cache = replica_kv_cache / kv_shards
-    chunk = min(case.context, case.prefill_chunk_tokens)
-    matrices = 3.0 if model.gated_mlp else 2.0
-    activation_width = 4.0 * model.hidden_size + matrices * model.ffn_hidden_size
-    activations = (chunk * 2.0 * activation_width + slots * model.vocab_size * 4.0) / t
+    # The activation peak of vLLM's profiling step (costs/vllm_memory.py): a forward pass of
+    # the chunked-prefill budget and the sampler over every slot's logits.
+    activations = profile_activation_peak_bytes(model, case.prefill_chunk_tokens, slots, t)
+    cuda_graphs = np.full(len(columns), case.engine.cuda_graph_bytes)
     draft_weights = model_weights * case.draft_params_fraction / t
     draft_kv = kv_cache * case.draft_kv_fraction
     draft = np.where(columns.speculative == 1, draft_weights + draft_kv, 0.0)
     reserve = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
-    total = weights + kv_cache + activations + draft + reserve
+    total = weights + kv_cache + activations + cuda_graphs + draft + reserve
+    # The KV pool vLLM would allocate on this GPU, in whole blocks of tokens of one replica.
+    kv_token_bytes = kv_per_token / kv_shards * np.where(columns.speculative == 1, 1.0 + case.draft_kv_fraction, 1.0)
+    pool = kv_pool_bytes(capacity, 1.0 - case.headroom_fraction, weights + (draft - draft_kv), activations, cuda_graphs, reserve)
+    kv_capacity = kv_capacity_tokens(pool, kv_token_bytes, case.kv_block_tokens)
 
     # Decode roofline for one replica: stages run one after another, each tensor-parallel.
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
-    compute_name = np.array(QUANTIZATION_COMPUTE)[columns.quantization]
-    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in compute_name]) * compute_share
-    # The same calibrated utilization as training, with the same fp8/fp4 ratios.
-    ratio = np.array([{"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}[name]
-                      for name in compute_name])
-    flops_rate = peak * coefficient("base_utilization") * ratio
+    flops_rate = gemm_flops_per_s(gpu, columns.quantization, compute_share)
     kv_read = slots * average_tokens * kv_per_token
     bytes_per_step = model_weights / t + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
@@ -183,10 +211,11 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         # (QK^T and AV over on average half the context), compute-bound.
         prefill_flops = 2.0 * model.params_active * case.context + 2.0 * model.layers * model.heads * model.head_dim * case.context**2
         prefill = prefill_flops / t / flops_rate
-    return {
+    values = {
         "weights_bytes": weights,
         "kv_cache_bytes": kv_cache,
         "activations_bytes": activations,
+        "cuda_graphs_bytes": cuda_graphs,
         "draft_bytes": draft,
         "reserve_bytes": reserve,
         "total_bytes": total,
@@ -196,13 +225,32 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         "replicas": replicas,
         "instances_per_gpu": instances,
         "concurrent_slots": replicas * slots,
+        "kv_capacity_tokens": kv_capacity,
         "step_time_s": step,
         "tensor_parallel_s": tensor_parallel_time,
         "tokens_per_s": tokens_per_s,
         "latency_per_token_s": latency,
         "prefill_time_s": prefill,
         "memory_bound": memory_time >= compute_time,
+        # The building blocks of a step, for the request-level model (costs/request_serving.py).
+        "hbm_bytes_per_s": bandwidth,
+        "gemm_flops_per_s": flops_rate,
+        "weights_read_bytes": model_weights / t,
+        "draft_weights_read_bytes": model_weights * case.draft_params_fraction / t,
+        "kv_read_bytes_per_token": kv_per_token / kv_split,
+        "link_bytes_per_s": link,
+        "all_reduce_latency_s": np.full(len(columns), coefficient("all_reduce_latency_s")),
     }
+    if case.requests is not None:
+        requests = evaluate_requests(case, columns, values)
+        values.update(requests)
+        # The headline figures become the request-level ones: capacity (saturation) output
+        # tokens/s, and the time per output token at the offered load.
+        values["tokens_per_s"] = requests["capacity_tokens_per_s"]
+        values["latency_per_token_s"] = requests["tpot_s"]
+        values["step_time_s"] = requests["load_step_s"]
+        values["prefill_time_s"] = requests["prefill_alone_s"]
+    return values
 
 
 def requirements_met(values, min_slots: int, max_latency_ms: float | None) -> tuple[np.ndarray, np.ndarray]:

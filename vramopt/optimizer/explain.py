@@ -113,7 +113,9 @@ def _relaxations(problem: Problem, workload, space: SearchSpace, deadline: _Dead
                     factor *= 2
                     continue
                 smallest = int(bigger.keys["gpus"][best.key])
-                detail = f"the smallest GPU count whose best plan fits and reaches {space.min_tokens_per_s:,.0f} tokens/s is {smallest}"
+                target = (f"reaches {space.min_tokens_per_s:,.0f} tokens/s" if space.min_tokens_per_s is not None
+                          else "serves the request load within its targets")
+                detail = f"the smallest GPU count whose best plan fits and {target} is {smallest}"
             elif space.deadline_days is not None:
                 # A lower bound could be optimistic here too: the deadline needs the plan itself.
                 smallest = smallest_count_meeting_deadline(bigger)
@@ -251,7 +253,13 @@ def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanati
     if late is not None:
         fix = Relaxation(f"--deadline-days {math.ceil(late[1] * 10) / 10:g}", "the fastest plan's wall clock")
         return Explanation(late[0], "deadline", None, None, (fix,) + relaxations)
-    if space.objective == "min-gpus":
+    if problem.kind == "infer" and (getattr(workload, "input_tokens", None) is not None or getattr(workload, "length_samples", None) is not None):
+        from vramopt.optimizer.explain_requests import explain_request_load
+
+        explained = explain_request_load(workload, space, relaxations)
+        if explained is not None:
+            return explained
+    if space.objective == "min-gpus" and space.min_tokens_per_s is not None:
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:
             best = solve_exhaustive(memory_only)

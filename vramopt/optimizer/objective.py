@@ -51,5 +51,7 @@ def describe(problem) -> str:
         return "throughput: max tokens/s, then fewer GPUs, more headroom, a fixed order of choices"
     if space.objective == "per-gpu":
         return "per-gpu: max tokens/s per GPU, then fewer GPUs, more headroom, a fixed order of choices"
+    if space.min_tokens_per_s is None:
+        return "min-gpus: fewest GPUs serving the request load within its targets, then max tokens/s, more headroom, a fixed order of choices"
     return (f"min-gpus: fewest GPUs reaching {space.min_tokens_per_s:,.0f} tokens/s, then max tokens/s, more headroom, "
             "a fixed order of choices")

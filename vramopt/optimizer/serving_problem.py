@@ -22,13 +22,14 @@ import numpy as np
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import gpu_counts
 from vramopt.constraints.technique import DomainContext
+from vramopt.costs.request_serving import request_targets_met
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met, serving_invalid_reasons
 from vramopt.errors import InputError
 from vramopt.estimate import check_serving_workload, mig_profile_code, serving_case
 
 __all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
-from vramopt.optimizer.tables import TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
+from vramopt.optimizer.tables import MAX_BOUND_TICKS, TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
@@ -102,6 +103,8 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
             ok &= ~np.asarray(mask, dtype=bool)
         for met in requirements_met(values, workload.min_slots, workload.max_latency_ms):
             ok &= met
+        for met in request_targets_met(values, case.requests).values():
+            ok &= met
         ok &= np.isfinite(values["tokens_per_s"]) & (values["tokens_per_s"] > 0)
         memory[rows] = values["total_bytes"] - values["reserve_bytes"]
         reserve[rows] = values["reserve_bytes"]
@@ -133,7 +136,9 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
     )
     bound = None
     if space.objective == "min-gpus":
-        bound = bound_in_ticks(1.0 / space.min_tokens_per_s, tick_s)
+        # With a request load and no tokens/s target, the load and its targets (which made
+        # the other rows invalid) are the target: the bound constrains nothing.
+        bound = bound_in_ticks(1.0 / space.min_tokens_per_s, tick_s) if space.min_tokens_per_s is not None else MAX_BOUND_TICKS
     return Problem(
         workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
         budget_mib=budget_mib, capacity_bytes=key_capacity, state=state, activation=activation, tick_s=tick_s,

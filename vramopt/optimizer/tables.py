@@ -140,7 +140,12 @@ def check_space(space: SearchSpace, workload) -> None:
     if space.objective not in OBJECTIVES:
         raise InputError(f"objective '{space.objective}' is not one of {', '.join(OBJECTIVES)}")
     if space.objective == "min-gpus":
-        if space.min_tokens_per_s is None or not math.isfinite(space.min_tokens_per_s) or space.min_tokens_per_s <= 0:
+        # A serving workload with a request rate or clients is its own target (docs/serving.md).
+        served_load = getattr(workload, "rate_per_s", None) is not None or getattr(workload, "concurrency", None) is not None
+        if space.min_tokens_per_s is None and not served_load:
+            raise InputError("objective min-gpus needs --min-tokens-per-s, a positive number"
+                             + (" (or, serving, a request --rate or --concurrency)" if getattr(workload, "kind", "") == "infer" else ""))
+        if space.min_tokens_per_s is not None and (not math.isfinite(space.min_tokens_per_s) or space.min_tokens_per_s <= 0):
             raise InputError("objective min-gpus needs --min-tokens-per-s, a positive number")
     elif space.min_tokens_per_s is not None:
         raise InputError("--min-tokens-per-s is only used with --objective min-gpus")

@@ -1,0 +1,67 @@
+"""The table view of the request-level serving figures (a response's ``requests`` object)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramopt.display_formats import table
+
+
+def _ms(value: float | None) -> str:
+    return "not served" if value is None else f"{value:,.1f} ms"
+
+
+def _lengths(requests: Mapping[str, Any]) -> str:
+    if requests.get("length_samples"):
+        return (f"{requests['length_samples']:,} sampled requests, mean {requests['input_tokens']:,.1f} input + "
+                f"{requests['output_tokens']:,.1f} output tokens")
+    return f"{requests['input_tokens']:,} input + {requests['output_tokens']:,} output tokens"
+
+
+def render_requests(result: Mapping[str, Any]) -> str:
+    """Per-request figures beside tokens/s, and the check of each request target."""
+    requests = result["requests"]
+    load = (f"{requests['rate_per_s']:g} requests/s offered" if requests["mode"] == "rate"
+            else f"{requests['concurrency']:,} clients" if requests["mode"] == "concurrency"
+            else "every request queued at once (saturation)")
+    rows = [
+        ["requests/s served", f"{requests['requests_per_s']:,.2f}"],
+        ["output tokens/s served", f"{requests['output_tokens_per_s']:,.0f}"],
+        ["time to first token, p99", _ms(requests["ttft_p99_ms"])],
+        ["time to first token, mean", _ms(requests["ttft_mean_ms"])],
+        ["time per output token, mean", _ms(requests["tpot_ms"])],
+        [f"prefill of one {requests['input_tokens']:,.0f}-token prompt (chunked, beside the decodes)", _ms(requests["prefill_ms"])],
+        ["sequences decoding per replica", f"{requests['running_per_replica']:,.1f}"],
+        ["capacity: requests/s at saturation", f"{requests['capacity_requests_per_s']:,.2f}"],
+        ["capacity: output tokens/s at saturation", f"{requests['capacity_output_tokens_per_s']:,.0f}"],
+    ]
+    lines = [
+        f"requests  {_lengths(requests)}; {load}",
+        table(rows, ["per request", "value"]),
+    ]
+    checks = []
+    requirements = result.get("requirements") or {}
+    if not requirements.get("load_served", True):
+        checks.append("  load        FAIL  the replicas cannot keep up (the queue grows or the batch exceeds the slots)")
+    if requirements.get("ttft_p99_target_ms") is not None:
+        ok = requirements["ttft_p99_met"]
+        checks.append(f"  p99 TTFT    {'ok  ' if ok else 'FAIL'}  {_ms(requests['ttft_p99_ms'])} {'<=' if ok else '>'} "
+                      f"{requirements['ttft_p99_target_ms']:g} ms target (--ttft-p99-ms)")
+    if requirements.get("tpot_target_ms") is not None:
+        ok = requirements["tpot_met"]
+        checks.append(f"  mean TPOT   {'ok  ' if ok else 'FAIL'}  {_ms(requests['tpot_ms'])} {'<=' if ok else '>'} "
+                      f"{requirements['tpot_target_ms']:g} ms target (--tpot-ms)")
+    lines.extend(checks)
+    lines.append("queueing  " + requests["queueing_model"])
+    return "\n".join(lines)
+
+
+def request_goal(result: Mapping[str, Any]) -> str | None:
+    """The min-gpus goal in words when the request load is the target."""
+    requests, requirements = result.get("requests"), result.get("requirements") or {}
+    if not requests or not str(result["solver"].get("objective", "")).startswith("min-gpus: fewest GPUs serving"):
+        return None
+    load = f"{requests['rate_per_s']:g} requests/s" if requests["mode"] == "rate" else f"{requests['concurrency']:,} clients"
+    targets = [f"p99 TTFT <= {requirements['ttft_p99_target_ms']:g} ms" for _ in [0] if requirements.get("ttft_p99_target_ms") is not None]
+    targets += [f"mean TPOT <= {requirements['tpot_target_ms']:g} ms" for _ in [0] if requirements.get("tpot_target_ms") is not None]
+    return f"the fewest GPUs serving {load}" + (f" with {' and '.join(targets)}" if targets else "")
