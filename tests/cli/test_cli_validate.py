@@ -41,3 +41,15 @@ def test_csv_and_table_formats():
     assert csv_result.stdout.splitlines()[0] == "source,quantity,sample,cases,mean_abs_error_pct,max_abs_error_pct"
     table = invoke(["validate"])
     assert table.exit_code == 0 and "leave-one-out" in table.stdout and "out-of-sample" in table.stdout
+
+
+@pytest.mark.docs_snapshot
+def test_the_docs_page_shows_the_current_report(rows):
+    """docs/published-runs-validation.md is generated from this report
+    (python benchmarks/write_validation_docs.py)."""
+    from pathlib import Path
+
+    from vramopt.cli_validate import render_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "published-runs-validation.md").read_text()
+    assert render_markdown(rows) in page
