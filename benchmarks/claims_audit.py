@@ -214,7 +214,7 @@ def zero_figures() -> None:
              f"(m = {stages[stage]['micro_batches']:.0f} micro-batches; ZeRO-3 moves 1.5x DDP per micro-batch)")
     line("11.4", "ZeRO-3 on one 8-GPU NVLink node: 10% to 15%",
          f"70B 8xb200 s={SEQ} gb={GLOBAL_BATCH} b=1 every:1: ZeRO-3 vs ZeRO-2 {slowdown(stages[2], stages[3])} "
-         f"(data_parallel_overlap_fraction {coefficient('data_parallel_overlap_fraction')})")
+         "(gradient traffic beside the backward GEMMs, costs/overlap.py)")
     for micro_batch in (1, 2):
         z2 = estimate(model="llama-3.1-8b", zero_stage=2, micro_batch=micro_batch, checkpointing="none")
         z3 = estimate(model="llama-3.1-8b", zero_stage=3, micro_batch=micro_batch, checkpointing="none")
@@ -375,7 +375,6 @@ def b200_memory() -> float:
 def main() -> None:
     print("vramopt figures for docs/claims.md (python benchmarks/claims_audit.py)")
     print(f"coefficients: base_utilization {coefficient('base_utilization')}, "
-          f"data_parallel_overlap_fraction {coefficient('data_parallel_overlap_fraction')}, "
           f"fp8_utilization_ratio {coefficient('fp8_utilization_ratio')}")
     model_state_figures()
     checkpointing_figures()

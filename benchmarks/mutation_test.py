@@ -111,9 +111,9 @@ MUTATIONS = (
              "FULL_RECOMPUTE_SBH = 2.0", "FULL_RECOMPUTE_SBH = 1.0"),
     Mutation("interleaved schedule holds no extra activations", COSTS + "memory.py",
              "interleave_factor = np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)", "interleave_factor = np.ones_like(p)"),
-    Mutation("data-parallel overlap dropped", COSTS + "training.py",
-             'data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(',
-             "data_parallel_seconds = 1.0 * data_parallel_seconds_per_step("),
+    Mutation("data-parallel overlap dropped", COSTS + "overlap.py",
+             "    if not overlap:\n        return communication_s\n    tail",
+             "    if True:\n        return communication_s\n    tail"),
     Mutation("QLoRA NF4 4.127 -> 4 bits", COSTS + "lora.py",
              "NF4_BYTES_PER_PARAM = (4 + 0.127) / 8", "NF4_BYTES_PER_PARAM = 4 / 8"),
 )

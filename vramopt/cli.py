@@ -347,6 +347,10 @@ from vramopt.cli_sweep import add_sweep_command  # noqa: E402 - the sweep comman
 
 add_sweep_command(main)
 
+from vramopt.cli_validate import add_validate_command  # noqa: E402 - the validate command lives there
+
+add_validate_command(main)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -20,6 +20,7 @@ BASE = {
     "models": [],
     "pack": ["--cluster", "cluster.json", "--jobs", "jobs.json"],
     "sweep": ["--model", "8b", "--gpu", "h100", "--max-gpus", "1", "--workers", "1", "--output", "out.csv"],
+    "validate": [],
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vramopt.costs.gemm import GENERATIONS
+
 from vramopt.constraints.context_parallel import default_degrees
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.coefficients import coefficient
@@ -77,8 +79,9 @@ def test_exposed_ring_time_by_hand_when_the_transfer_outlasts_attention():
     chunk_bytes = 2 * (seq_len / 8) * 1 * (8 / 2) * 128 * 2
     bandwidth = 50e9 * coefficient("collective_bandwidth_efficiency")
     transfer = chunk_bytes / bandwidth
-    flops_per_s = gpu.peak_flops_per_s["bf16"] * coefficient("base_utilization")
-    attention_forward = 4 * (32 * 128) * seq_len * (seq_len / 8) / 2 / flops_per_s
+    # FlashAttention at the Hopper forward+backward fraction, causal: half the s x s work.
+    flops_per_s = gpu.peak_flops_per_s["bf16"] * GENERATIONS["hopper"].flash_attention_fraction
+    attention_forward = 4 * (32 * 128) * seq_len * (seq_len / 8) / 2 * 0.5 / flops_per_s
     step_attention = attention_forward / 8
     assert transfer > step_attention
     exposed_per_layer = (8 - 1) * (transfer - step_attention) * (1 + 2)  # forward + backward (K,V and dK,dV)
@@ -125,13 +128,15 @@ def test_gradient_all_reduce_spans_dp_times_cp_ranks():
     params = load_model("llama-3.1-8b").params_total
     volume = 2 * 7 / 8 * params * 2
     seconds = volume / (gpu.nvlink_bandwidth_bytes_per_s * coefficient("collective_bandwidth_efficiency"))
-    assert values["data_parallel_s"] == pytest.approx((1 - coefficient("data_parallel_overlap_fraction")) * seconds, rel=1e-12)
+    assert values["data_parallel_transfer_s"] == pytest.approx(seconds, rel=1e-12)
+    assert 0 < values["data_parallel_s"] <= values["data_parallel_transfer_s"]
 
 
 def test_compute_and_tensor_parallel_traffic_divide_by_cp():
     one = evaluate("llama-3.1-70b", "h100", 65536, 4, gpus=4, tensor_parallel=4, context_parallel=1, data_parallel=1)
     two = evaluate("llama-3.1-70b", "h100", 65536, 4, gpus=8, tensor_parallel=4, context_parallel=2, data_parallel=1)
-    assert two["compute_s"] == pytest.approx(one["compute_s"] / 2, rel=1e-12)
+    # Half the tokens per rank: half the FLOPs, in GEMMs a little less efficient (thinner M).
+    assert one["compute_s"] / 2 <= two["compute_s"] <= 1.02 * one["compute_s"] / 2
     assert two["tensor_parallel_s"] == pytest.approx(one["tensor_parallel_s"] / 2, rel=1e-12)
 
 

@@ -1,7 +1,7 @@
 """Flash attention (Dao et al. 2022): never materializes the s^2 attention scores.
 
 Its memory term is the 5 a s^2 b score share of ``costs/activations.layer_bytes``; its time
-term the attention-core factor of ``costs/compute.micro_batch_compute_seconds``.
+term the attention core per implementation, ``costs/operators.attention_core_seconds``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.technique import Technique, parse_bool
 from vramopt.costs.activations import layer_bytes
-from vramopt.costs.compute import micro_batch_compute_seconds
+from vramopt.costs.operators import attention_core_seconds
 
 
 def _deepspeed(draft: ExportDraft) -> list[str]:
@@ -32,7 +32,7 @@ FLASH_ATTENTION = Technique(
     contribution=Contribution(
         validity=no_rules,  # cp > 1 needs it: context parallelism's rule
         memory=layer_bytes,
-        time=micro_batch_compute_seconds,
+        time=attention_core_seconds,
         contract=ContractField(name="flash_attention", json_type="boolean",
                                description="FlashAttention: no s^2 attention-score activations"),
         display=lambda plan: f"flash attention {'on' if plan['flash_attention'] else 'off'}",

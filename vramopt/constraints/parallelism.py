@@ -18,7 +18,7 @@ from vramopt.constraints.contribution import Contribution, ContractField, Export
 from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_int
 from vramopt.costs.activations import layer_bytes
 from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
-from vramopt.costs.compute import effective_flops_per_s
+from vramopt.costs.gemm import gemm_seconds
 from vramopt.costs.memory import in_flight_micro_batches, parameters_per_gpu
 from vramopt.costs.training import gpus_on_busiest_node
 from vramopt.parallel_layout import ParallelLayout
@@ -173,7 +173,7 @@ GPU = Technique(
     contribution=Contribution(
         validity=no_rules,  # its precision support is the precision field's rule
         memory=lambda case: float(case.gpu.memory_bytes),  # the capacity every term is held against
-        time=effective_flops_per_s,
+        time=gemm_seconds,  # its generation's GEMM efficiency curve and peaks
         contract=ContractField(name="gpu", json_type="string", description="GPU type (catalog name, `vramopt gpus`)"),
         display=lambda plan: str(plan["gpu"]),  # on the hardware line, with the count and nodes
         exports={"deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),

@@ -14,7 +14,8 @@ from __future__ import annotations
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules, no_term
 from vramopt.constraints.technique import DomainContext, Technique, parse_choice
 from vramopt.costs.communication import data_parallel_seconds_per_step
-from vramopt.costs.compute import effective_flops_per_s, peak_flops_per_s
+from vramopt.costs.compute import peak_flops_per_s
+from vramopt.costs.operators import linear_peak
 from vramopt.costs.memory import weight_bytes_per_parameter
 from vramopt.types import PRECISIONS
 
@@ -88,7 +89,7 @@ PRECISION = Technique(
     contribution=Contribution(
         validity=precision_invalid_reasons,
         memory=weight_bytes_per_parameter,
-        time=effective_flops_per_s,
+        time=linear_peak,  # the GEMMs' peak at this precision (attention stays bf16)
         contract=ContractField(name="precision", json_type="string", enum=PRECISIONS,
                                description="compute precision (fp32 master weights and optimizer states stay fp32)"),
         display=lambda plan: f"{plan['precision']} compute",

@@ -20,15 +20,16 @@ class Coefficient:
 _COEFFICIENTS = {
     "base_utilization": Coefficient(
         0.574,
-        "calibration: fraction of dense peak that the GEMM-bound compute of one micro-batch "
+        "calibration, now used by the serving model only (costs/inference.py: prefill and decode compute); the training model "
+        "times each GEMM from its shape since throughput model v2 (costs/gemm.py, costs/operators.py). "
+        "Original calibration, with the earlier training model: fraction of dense peak that the GEMM-bound compute of one micro-batch "
         "reaches end to end, before the pipeline bubble and exposed communication that vramopt "
         "models separately. Fitted to Narayanan et al. 2021 Table 1 (A100 80GB, 312 TFLOP/s bf16 "
         "peak; ten GPT rows 1.7B-1T, achieved 135-163 TFLOP/s per GPU; micro-batch and virtual "
         "stages from NVIDIA/Megatron-LM examples/sc21/run_table_1.sh; full recomputation, no "
         "flash attention, no ZeRO) by minimizing the mean absolute relative error of achieved "
         "FLOP/s: fit 0.5738, mean error 4.0%, max 10.5% (1.7B row; 1T row -8.2%). Reproduce with "
-        "benchmarks/calibrate_utilization.py; checked by tests/golden/test_narayanan_throughput.py; "
-        "per-row errors in docs/cost-model.md.",
+        "the earlier benchmark; the training fit is now benchmarks/calibrate_throughput.py.",
     ),
     "fp8_utilization_ratio": Coefficient(
         0.85,
@@ -50,12 +51,6 @@ _COEFFICIENTS = {
         0.80,
         "assumption from nccl-tests practice: all-reduce bus bandwidth reaches about 75-85% of the "
         "link's one-direction peak on NVLink and on 400 Gb/s InfiniBand for large messages.",
-    ),
-    "data_parallel_overlap_fraction": Coefficient(
-        0.50,
-        "calibration: half of the data-parallel gradient sync and ZeRO-3 parameter gathers hides "
-        "behind compute (DeepSpeed overlap_comm, bucketed all-reduce in PyTorch DDP). Chosen so "
-        "that ZeRO-3 on one 8-GPU NVLink node costs 10-15% (the seed); see docs/claims.md.",
     ),
     "pcie_efficiency": Coefficient(
         0.80,

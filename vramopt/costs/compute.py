@@ -6,21 +6,19 @@ head's ``6*V*h`` (a real GEMM). Hardware FLOPs add what recomputation repeats: o
 forward of the layers under full recomputation (``2*N + 4*L*H*s``, which reproduces
 Narayanan et al. 2021 eq. 3, ``96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h))``, exactly for a GPT
 layer), the attention core (``4*L*H*s``) under selective recomputation.
+
+Time is not FLOPs over one utilization: ``costs/operators.py`` times every GEMM from its
+shape (``costs/gemm.py``), the attention core per implementation, and the memory-bound
+kernels from their bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanColumns
-from vramopt.parallel_layout import ParallelLayout
+from vramopt.costs.operators import micro_batch_operator_seconds
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec
-
-ATTENTION_SLOWDOWN_WITHOUT_FLASH = 2.0
-"""Dao et al. 2022 (FlashAttention) section 4: the attention core runs 2-4x faster than
-PyTorch's standard attention; vramopt charges the non-flash attention core 2x (the low end)."""
-
 
 def non_embedding_active_parameters(model: ModelSpec) -> float:
     return float(model.parameters.active - model.parameters.embedding)
@@ -75,22 +73,52 @@ def narayanan_flops_per_iteration(batch: int, seq_len: int, layers: int, hidden:
     return 96.0 * batch * seq_len * layers * hidden**2 * (1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def effective_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
-    """Peak dense FLOP/s of each precision times its calibrated utilization (0 if unsupported)."""
-    base = coefficient("base_utilization")
-    ratios = {
-        "fp32": coefficient("fp32_utilization_ratio"),
-        "bf16": 1.0,
-        "fp16": 1.0,
-        "fp8": coefficient("fp8_utilization_ratio"),
-        "fp4": coefficient("fp4_utilization_ratio"),
-    }
-    table = np.array([gpu.peak_flops_per_s.get(name, 0.0) * base * ratios[name] for name in PRECISIONS])
-    return table[precision]
-
-
 def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
     return np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in PRECISIONS])[precision]
+
+
+OPERATOR_COLUMNS = (
+    "tensor_parallel", "pipeline_parallel", "context_parallel", "micro_batch", "precision",
+    "flash_attention", "sequence_parallel", "checkpoint_kind",
+)
+"""The plan columns ``costs/operators.py`` reads."""
+
+
+def micro_batch_operator_times(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    columns: PlanColumns,
+    seq_len: int,
+    trainable_fraction: float = 1.0,
+    compute_overhead_fraction: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """Forward + backward (+ recomputation) of one micro-batch on one GPU of one stage and one
+    context-parallel rank, by operator class (``costs/operators.py``)."""
+    linear_parameters = non_embedding_active_parameters(model) + model.vocab_size * model.hidden_size
+    # The solver's tables hold many rows per distinct operator shape: time each distinct
+    # combination of the columns the operators read once and spread the result back.
+    size = len(columns)
+    key = np.zeros(size, dtype=np.int64)
+    values_by_column = {}
+    for name in OPERATOR_COLUMNS:
+        values, codes = np.unique(np.broadcast_to(np.asarray(getattr(columns, name)), (size,)), return_inverse=True)
+        values_by_column[name] = values
+        key = key * len(values) + codes.reshape(-1)  # mixed radix over the distinct values
+    combinations = int(np.prod([len(values) for values in values_by_column.values()], dtype=float))
+    if combinations >= 2**62:  # too many distinct values to pack: time every row
+        return micro_batch_operator_seconds(
+            model, gpu, columns, seq_len, trainable_fraction, compute_overhead_fraction, linear_parameters
+        )
+    unique_keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    defaults = {name: np.zeros(1, dtype=np.int64) for name in columns.column_names() if name not in OPERATOR_COLUMNS}
+    reduced = PlanColumns(**defaults, **{
+        name: np.broadcast_to(np.asarray(getattr(columns, name)), (size,))[first] for name in OPERATOR_COLUMNS
+    })
+    times = micro_batch_operator_seconds(
+        model, gpu, reduced, seq_len, trainable_fraction, compute_overhead_fraction, linear_parameters
+    )
+    inverse = np.asarray(inverse).reshape(-1)
+    return {name: np.broadcast_to(np.asarray(value, dtype=float), (len(unique_keys),))[inverse] for name, value in times.items()}
 
 
 def micro_batch_compute_seconds(
@@ -101,17 +129,7 @@ def micro_batch_compute_seconds(
     trainable_fraction: float = 1.0,
     compute_overhead_fraction: float = 0.0,
 ) -> np.ndarray:
-    """Forward + backward (+ recomputation) of one micro-batch on one GPU of one stage."""
-    # Per GPU of a tp x pp replica; costs/training.py divides by cp (each cp rank runs s/cp tokens).
-    tokens_per_gpu = seq_len * columns.micro_batch / ParallelLayout.from_columns(columns).model_parallel
-    recompute_linear, recompute_attention = recompute_flops_per_token(
-        model, seq_len, columns.checkpoint_kind, columns.flash_attention
-    )
-    per_parameter = linear_flops_per_parameter(trainable_fraction)
-    linear = per_parameter * (non_embedding_active_parameters(model) + model.vocab_size * model.hidden_size) + recompute_linear
-    linear = linear * (1.0 + compute_overhead_fraction)
-    attention = 12.0 * model.layers * attention_width(model) * seq_len + recompute_attention
-    attention = attention * np.where(columns.flash_attention == 1, 1.0, ATTENTION_SLOWDOWN_WITHOUT_FLASH)
-    rate = effective_flops_per_s(gpu, columns.precision)
-    with np.errstate(divide="ignore"):
-        return np.where(rate > 0, tokens_per_gpu * (linear + attention) / np.where(rate > 0, rate, 1.0), np.inf)
+    """Compute time of one micro-batch on one GPU (one stage, one context-parallel rank)."""
+    seconds = micro_batch_operator_times(model, gpu, columns, seq_len, trainable_fraction, compute_overhead_fraction)["compute_s"]
+    unsupported = peak_flops_per_s(gpu, columns.precision) <= 0
+    return np.where(unsupported, np.inf, seconds)

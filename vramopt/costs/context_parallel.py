@@ -39,7 +39,7 @@ import numpy as np
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns, sharding_group  # noqa: F401 (re-exported)
 from vramopt.costs.communication import group_bandwidth
-from vramopt.costs.compute import attention_width, effective_flops_per_s
+from vramopt.costs.operators import attention_core_seconds
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
@@ -122,11 +122,9 @@ def ring_bandwidth(gpu: GpuSpec, columns: PlanColumns) -> np.ndarray:
 
 def attention_forward_seconds_per_layer(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len) -> np.ndarray:
     """Forward attention-core time of one layer on one rank, as the compute model charges it
-    (``compute.micro_batch_compute_seconds``: 4*H*s FLOPs per token, over tp, over cp)."""
-    tokens = tokens_per_rank(seq_len, columns) * columns.micro_batch / columns.tensor_parallel
-    flops = 4.0 * attention_width(model) * np.asarray(seq_len, dtype=float) * tokens
-    rate = effective_flops_per_s(gpu, columns.precision)
-    return np.where(rate > 0, flops / np.where(rate > 0, rate, 1.0), np.inf)
+    (``operators.attention_core_seconds``, per layer of the stage)."""
+    forward, _ = attention_core_seconds(model, gpu, columns, int(seq_len))
+    return forward * columns.pipeline_parallel / model.layers
 
 
 def ring_transfer_seconds_per_step(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len) -> np.ndarray:
@@ -142,6 +140,9 @@ def ring_seconds_per_micro_batch(model: ModelSpec, gpu: GpuSpec, columns: PlanCo
     """Ring transfer time of one micro-batch on one stage: total and exposed (not hidden
     behind the attention compute of the same step), forward and backward, all layers."""
     cp = columns.context_parallel.astype(float)
+    if np.all(cp == 1.0):  # no ring anywhere: skip timing the attention it would hide behind
+        zeros = np.zeros(len(columns))
+        return {"ring_transfer_s": zeros, "ring_exposed_s": zeros}
     steps = cp - 1.0
     layers = model.layers / columns.pipeline_parallel
     transfer = ring_transfer_seconds_per_step(model, gpu, columns, seq_len)

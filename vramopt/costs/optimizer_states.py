@@ -24,11 +24,10 @@ the model-dtype gradients, which ``memory.model_state_bytes`` counts apart. The 
 
 Optimizer step. The update streams each parameter's state through HBM once: it reads the
 gradient, the master weight and the states and writes the master weight, the states and
-(under mixed precision) the model-dtype weight copy. The cost model's fitted compute
-efficiency (coefficient ``base_utilization``) comes from end-to-end Megatron-LM step times
-with Adam (Narayanan et al. 2021 Table 1), which already contain Adam's step; a format's time contribution is therefore its HBM bytes minus
-Adam's, at the GPU's HBM bandwidth, on the GPU's shard (negative: the leaner formats stream
-fewer bytes). Adam contributes exactly 0.
+(under mixed precision) the model-dtype weight copy (``step_bytes_per_parameter``). The
+training cost model times the whole step from these bytes (``costs/optimizer_step.py``);
+``optimizer_step_seconds`` below, the difference from Adam's, is kept for callers that
+compare formats.
 """
 
 from __future__ import annotations

@@ -5,9 +5,13 @@ coefficient tables and the exhaustive enumerator. It takes many plans at once
 (``PlanColumns``) and returns one numpy array per quantity.
 
 Step time (DESIGN.md section 3), for m micro-batches per step, p stages, v virtual stages:
-``(compute + tensor-parallel comm per micro-batch) * (m + (p-1)/v)`` (1F1B, and the
+``(compute + exposed tensor-parallel comm per micro-batch) * (m + (p-1)/v)`` (1F1B, and the
 interleaved schedule's bubble (p-1)/(v*m), Narayanan et al. 2021 section 2.2)
-``+ (1 - overlap) * data-parallel comm + offload transfers``.
+``+ exposed data-parallel comm + offload transfers + optimizer step``. Compute is
+operator-level (costs/operators.py: GEMMs by shape, attention core, memory-bound kernels,
+recomputation) for the slowest (last) stage; exposed communication in costs/overlap.py; the
+optimizer step in costs/optimizer_step.py. Not modelled: the data loader, pipeline
+point-to-point sends (small beside a stage's compute at the layouts vramopt plans).
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ import numpy as np
 from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import PlanColumns
-from vramopt.costs.communication import data_parallel_seconds_per_step, tensor_parallel_seconds_per_micro_batch
+from vramopt.costs.communication import (
+    data_parallel_seconds_per_step,
+    group_bandwidth,
+    tensor_parallel_seconds_per_micro_batch,
+)
 from vramopt.costs.context_parallel import ring_seconds_per_micro_batch
 from vramopt.costs.expert_parallel import all_to_all_seconds_per_micro_batch
 from vramopt.costs.compute import (
     hardware_flops_per_token,
-    micro_batch_compute_seconds,
+    micro_batch_operator_times,
     model_flops_per_token,
     peak_flops_per_s,
 )
@@ -37,7 +45,8 @@ from vramopt.costs.memory import (
     sharded_parameters_per_gpu,
 )
 from vramopt.costs.offload import offload_seconds_per_step
-from vramopt.costs.optimizer_states import optimizer_step_seconds
+from vramopt.costs.optimizer_step import optimizer_step_seconds
+from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -63,6 +72,13 @@ class TrainingCase:
     """Bytes per frozen base parameter (LoRA bf16, QLoRA NF4); None when nothing is frozen."""
     compute_overhead_fraction: float = 0.0
     """Extra time on the linear layers (QLoRA's NF4 dequantization)."""
+    data_parallel_overlap: bool = True
+    """The framework reduces gradients in buckets during the backward (PyTorch DDP/FSDP,
+    DeepSpeed ``overlap_comm``, Megatron-Core ``overlap_grad_reduce``); False for a framework
+    that reduces after the backward (Megatron-LM's 2021-2022 local DDP). costs/overlap.py."""
+    tensor_parallel_overlap: bool = False
+    """The framework overlaps tensor-parallel collectives with the GEMMs they feed
+    (Megatron-Core ``--tp-comm-overlap``, torchtitan async TP). costs/overlap.py."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -95,18 +111,32 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     fits_nvme = nvme_per_node <= gpu.node.nvme_capacity_bytes * coefficient("nvme_usable_fraction")
 
     params_gpu = parameters_per_gpu(model, columns)
-    # GEMMs and (load-balanced) attention split over the cp ranks, as do the tp collectives'
-    # s*b*h messages; the ring's exposed KV transfers come on top (costs/context_parallel.py).
-    compute_per_micro_batch = micro_batch_compute_seconds(
+    # Operator-level time of one micro-batch on one GPU of the last stage and one cp rank
+    # (costs/operators.py); the tp collectives move each cp rank's s/cp tokens.
+    operators = micro_batch_operator_times(
         model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
-    ) / columns.context_parallel
-    tensor_parallel_per_micro_batch = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
+    )
+    compute_per_micro_batch = np.where(peak_flops_per_s(gpu, columns.precision) > 0, operators["compute_s"], np.inf)
+    tensor_parallel_total = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
+    tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
+        tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap
+    )
     ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
-    slots = ParallelLayout.from_columns(columns).pipeline_slots(micro_batches, columns.virtual_stages)
+    layout = ParallelLayout.from_columns(columns)
+    slots = layout.pipeline_slots(micro_batches, columns.virtual_stages)
     expert = all_to_all_seconds_per_micro_batch(model, gpu, columns, seq_len)  # 0 without expert parallelism
     pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"] + expert) * slots
-    data_parallel_seconds = (1.0 - coefficient("data_parallel_overlap_fraction")) * data_parallel_seconds_per_step(
+    data_parallel_total = data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
+    )
+    data_parallel_bandwidth = group_bandwidth(gpu, layout.sharding_group, layout.group_span("sharding"))
+    # The collectives hide behind the GEMMs of the backward (ZeRO 0-2) or of each micro-batch
+    # (ZeRO-3). GEMM time depends only on the key (gpu, layout, precision, micro-batch), not on
+    # checkpointing or flash attention, so the step time stays a state part plus an activation
+    # part, the split the solver's tables add (tests/unit/test_separability.py).
+    data_parallel_seconds = exposed_data_parallel_seconds(
+        data_parallel_total, data_parallel_bandwidth, operators["linear_backward_s"], operators["linear_s"],
+        micro_batches, columns.zero_stage, case.data_parallel_overlap,
     )
     # ZeRO shards (and what offload moves) are cut from the parameters without expert
     # parallelism: expert states shard over dp x cp / ep (costs/expert_parallel.py).
@@ -114,10 +144,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     offload_seconds = offload_seconds_per_step(
         sharded_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
-    # The optimizer-state format's step time beyond Adam's, on this GPU's ZeRO shard.
-    optimizer_shard = sharded_gpu * case.trainable_fraction / ParallelLayout.from_columns(columns).optimizer_zero_shards(
-        columns.zero_stage
-    )
+    # The optimizer step and the gradient-norm pass on this GPU's ZeRO shard (costs/optimizer_step.py).
+    optimizer_shard = sharded_gpu * case.trainable_fraction / layout.optimizer_zero_shards(columns.zero_stage)
     optimizer_step_seconds_value = optimizer_step_seconds(
         model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision]
     )
@@ -153,6 +181,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
         expert_parallel_s=expert * slots,
         data_parallel_s=data_parallel_seconds,
+        data_parallel_transfer_s=data_parallel_total,
+        tensor_parallel_transfer_s=tensor_parallel_total * slots,
         offload_s=offload_seconds,
         optimizer_step_s=optimizer_step_seconds_value,
         step_time_s=step_time,

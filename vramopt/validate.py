@@ -1,0 +1,91 @@
+"""``vramopt validate``: the cost model against every published run shipped with the project.
+
+Each row of the report is one (source, quantity, sample) group: how many runs, the mean and
+the largest absolute relative error of vramopt's prediction, and whether the runs were used
+to fit a coefficient. ``sample`` is one of:
+
+- ``in-sample``: the runs a coefficient was fitted on, at the catalog value;
+- ``leave-one-out``: the same runs, each predicted with the value fitted on the others;
+- ``out-of-sample``: runs no fit used (``vramopt/validation/calibration.py`` says which are).
+
+The data and the mapping of each run to a plan are ``vramopt/validation/`` (sources in the
+CSV files). The library computes the report; the CLI only displays it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from vramopt.validation.calibration import fit
+from vramopt.validation.published import calibration_runs, korthikanti_runs
+
+QUANTITIES = {
+    "iteration_s": "iteration time",
+    "tokens_per_s_per_gpu": "tokens/s per GPU",
+    "model_tflops_per_gpu": "model TFLOP/s per GPU",
+    "achieved_tflops_per_gpu": "achieved TFLOP/s per GPU",
+    "peak_memory_gib": "peak memory",
+}
+
+SOURCES = (
+    ("n21_t1_", "Narayanan et al. 2021 Table 1 (A100)"),
+    ("meg_readme_", "Megatron-LM README weak scaling (H100)"),
+    ("k22_t5_", "Korthikanti et al. 2022 Table 5 (A100)"),
+    ("k22_s63_", "Korthikanti et al. 2022 section 6.3 (A100)"),
+    ("tt24_", "torchtitan Llama 3.1 H100 benchmarks, Dec 2024"),
+    ("tto_", "torchtitan docs/performance.md (H100, A100)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRow:
+    source: str
+    quantity: str
+    sample: str
+    cases: int
+    mean_abs_error_pct: float
+    max_abs_error_pct: float
+    case_errors_pct: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def source_of(case_id: str) -> str:
+    for prefix, name in SOURCES:
+        if case_id.startswith(prefix):
+            return name
+    return "other"
+
+
+def _row(source: str, quantity: str, sample: str, errors: dict[str, float]) -> ValidationRow:
+    values = np.abs(np.array(list(errors.values())))
+    return ValidationRow(
+        source=source, quantity=quantity, sample=sample, cases=len(errors),
+        mean_abs_error_pct=round(float(values.mean()) * 100, 2), max_abs_error_pct=round(float(values.max()) * 100, 2),
+        case_errors_pct={case: round(error * 100, 2) for case, error in errors.items()},
+    )
+
+
+def validation_report() -> list[ValidationRow]:
+    """Every group of published runs with its errors (takes some seconds: the fits and
+    leave-one-out refits re-evaluate their runs on a grid of coefficient values)."""
+    rows = []
+    fitted_cases = set()
+    for generation in ("ampere", "hopper"):
+        result = fit(generation)
+        fitted_cases.update(result.case_ids)
+        source = source_of(result.case_ids[0])
+        quantity = "achieved TFLOP/s per GPU" if generation == "ampere" else "model TFLOP/s per GPU"
+        rows.append(_row(source, quantity, f"in-sample ({generation} large-GEMM fraction {result.catalog})",
+                         dict(zip(result.case_ids, result.in_sample_errors))))
+        rows.append(_row(source, quantity, "leave-one-out", dict(zip(result.case_ids, result.held_out_errors))))
+    groups: dict[tuple[str, str], dict[str, float]] = {}
+    for run in korthikanti_runs() + calibration_runs():
+        if run.case_id in fitted_cases:
+            continue
+        groups.setdefault((source_of(run.case_id), QUANTITIES[run.metric]), {})[run.case_id] = run.relative_error()
+    rows += [_row(source, quantity, "out-of-sample", errors) for (source, quantity), errors in groups.items()]
+    return rows
