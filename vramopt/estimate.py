@@ -52,11 +52,16 @@ def training_case(workload: TrainingWorkload, gpu_name: str) -> TrainingCase:
     )
 
 
-def estimate_training(workload: TrainingWorkload, plan: TrainingPlan) -> TrainingEstimate:
+def estimate_training(workload: TrainingWorkload, plan: TrainingPlan, framework: str = "generic") -> TrainingEstimate:
+    """The memory and throughput of one plan; ``framework`` (vramopt/frameworks/) refuses a
+    plan that framework cannot run, naming its rule."""
+    from vramopt.frameworks import check_runs
+
     check_fields(workload, plan)  # integers too large to print or to convert to float
     case = training_case(workload, plan.gpu)
     plan = TrainingPlan(**{**_plan_fields(plan), "gpu": case.gpu.name})
     columns = check_plan(case, plan)
+    check_runs(framework, columns)
     values = {name: np.asarray(array).reshape(-1)[0].item() for name, array in evaluate_training(case, columns).items()}
     return TrainingEstimate(
         case=case,

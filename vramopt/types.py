@@ -308,6 +308,9 @@ class SearchSpace:
     min_tokens_per_s: float | None = None
     time_limit_s: float = 10.0
     workers: int = 4
+    framework: str = "generic"
+    """The training framework whose rules restrict the plans (vramopt/frameworks/): 'generic'
+    (every well-formed plan), 'deepspeed', 'megatron' or 'torchtitan'."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -28,6 +28,7 @@ from vramopt.costs.context_parallel import whole_tile_chunks
 from vramopt.costs.training import evaluate_training, invalid_reasons
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
+from vramopt.frameworks import refused_masks, space_for_framework
 from vramopt.models import load_model
 from vramopt.optimizer.domains import check_workload_fields, domain, grad_comm_domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
@@ -60,6 +61,8 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     """The problem of a training or a serving workload (``ServingWorkload``): one of the two
     reductions, ``build_training_problem`` or ``serving_problem.build_serving_problem``."""
     check_workload_fields(workload.kind, space)
+    if not isinstance(workload, TrainingWorkload) and getattr(space, "framework", "generic") != "generic":
+        raise InputError(f"--framework {space.framework} applies to training workloads; serving plans export to vLLM (--export vllm)")
     if not isinstance(workload, TrainingWorkload):
         _raise_on_empty_serving_domain(workload, space)
         return build_serving_problem(workload, space)
@@ -69,6 +72,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
 def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
     """Keys, state and activation tables of a training workload (fields already checked)."""
     check_space(space, workload)
+    space = space_for_framework(space)  # the framework's default domains; a pin it cannot run is refused
     model = load_model(workload.model)
     if workload.seq_len > model.max_context:
         raise InputError(f"seq_len {workload.seq_len} is longer than {model.name}'s context of {model.max_context} tokens")
@@ -105,8 +109,8 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
 
     check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name) for gpu in gpus]
-    constant, state = _evaluate_group(cases, keys, state_values, "state", choices)
-    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices)
+    constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
+    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
 
     capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
     budget_bytes = capacity * (1.0 - workload.headroom_fraction)
@@ -232,7 +236,7 @@ def _empty_fields(context, choices) -> str:
     return ", ".join(empty) or "grad_comm_precision"
 
 
-def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, ItemTable]:
+def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> tuple[np.ndarray, ItemTable]:
     """Evaluate every key x item of one group with the other group held at a neutral item."""
     key_count, item_count = len(keys["gpus"]), len(items)
     codes = {name: np.repeat(keys[name], item_count) for name in KEY_COLUMNS}
@@ -267,6 +271,8 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
         well_formed = np.ones(rows.size, dtype=bool)
         for mask in invalid_reasons(case, columns).values():
             well_formed &= ~np.asarray(mask, dtype=bool)
+        for mask in refused_masks(framework, columns, group).values():  # rules of the key and this group only
+            well_formed &= ~mask
         # Evaluate only well-formed rows: most activation items are malformed for most keys
         # (sequence parallelism without tp, interleaving without pp).
         rows = rows[well_formed]
