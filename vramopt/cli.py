@@ -173,8 +173,8 @@ def models(output_format: str) -> None:
 @hardware_option
 @cost_options
 @click.option("--export", "export", type=(click.Choice(EXPORT_TARGETS), str), default=None,
-              help="Also write a framework config of the plan: --export deepspeed ds.json, --export megatron train.sh "
-                   "or --export vllm vllm.json.")
+              help="Also write a framework config of the plan: --export deepspeed ds.json, --export megatron train.sh, "
+                   "--export torchtitan train.sh or --export vllm vllm.json.")
 @framework_option
 @format_option()
 def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, framework: str | None,

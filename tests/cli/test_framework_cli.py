@@ -63,3 +63,13 @@ def test_framework_generic_named_with_export_deepspeed_still_refuses_what_deepsp
     result = invoke(["solve", "--model", "70b", "--max-gpus", "8", "--framework", "generic", "--export", "deepspeed", str(target)])
     _one_line_error(result, "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
     assert not target.exists()
+
+
+def test_export_torchtitan_and_megatron_write_launch_scripts(tmp_path):
+    for target, marker in (("torchtitan", "-m torchtitan.train --module llama3 --config llama3_8b"), ("megatron", "pretrain_gpt.py")):
+        path = tmp_path / f"{target}.sh"
+        result = invoke(["solve", "--model", "8b", "--gpu", "h100", "--max-gpus", "8", "--global-batch", "64",
+                         "--export", target, str(path), "--format", "json"])
+        assert result.exit_code == 0, result.stderr
+        text = path.read_text()
+        assert text.startswith("#!/usr/bin/env bash") and marker in text and "torchrun --nnodes 1" in text
