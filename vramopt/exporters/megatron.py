@@ -79,6 +79,8 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     arguments += PRECISION_ARGUMENTS[plan["precision"]]
     if plan.get("grad_comm_precision") == "bf16" and plan["precision"] != "fp32":
         arguments.append("--grad-reduce-in-bf16")
+    if plan.get("grad_comm_precision") == "fp32" and plan["precision"] == "fp16":
+        arguments.append("--accumulate-allreduce-grads-in-fp32")  # bf16 sets it by itself (validate_args)
     arguments += _state_arguments(plan, notes)
     arguments += _recompute_arguments(plan)
     arguments += ["--attention-backend", "flash" if plan.get("flash_attention", True) else "unfused"]

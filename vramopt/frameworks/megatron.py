@@ -28,6 +28,7 @@ accumulate_allreduce_grads_in_fp32) or in bf16 with ``--grad-reduce-in-bf16``.""
 
 _OPTIMIZER_CODES = np.array([OPTIMIZER_NAMES.index(name) for name in OPTIMIZERS])
 _REDUCE_CODES = np.array([PRECISIONS.index(name) for name in GRADIENT_REDUCE_PRECISIONS])
+_FP16 = PRECISIONS.index("fp16")
 
 RULES = (
     Rule(
@@ -49,9 +50,10 @@ RULES = (
         source=f"{ARGUMENTS}, '--optimizer-cpu-offload' (the only offload argument)",
     ),
     Rule(
-        message="Megatron-LM: gradients are reduced in fp32 (main gradients) or in bf16 with --grad-reduce-in-bf16",
+        message="Megatron-LM: gradients are reduced in fp32 (main gradients) or in bf16 with --grad-reduce-in-bf16 (fp16 training: also fp16)",
         group="state",
-        refuses=lambda columns: ~np.isin(columns.grad_comm_precision, _REDUCE_CODES),
+        refuses=lambda columns: ~np.isin(columns.grad_comm_precision, _REDUCE_CODES)
+        & ~((columns.precision == _FP16) & (columns.grad_comm_precision == _FP16)),
         source=f"{ARGUMENTS}, '--grad-reduce-in-bf16' and accumulate_allreduce_grads_in_fp32",
     ),
 )

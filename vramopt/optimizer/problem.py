@@ -108,7 +108,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
     check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
-    cases = [training_case(workload, gpu.name) for gpu in gpus]
+    cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
     _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
 
