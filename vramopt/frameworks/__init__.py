@@ -30,8 +30,14 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 DEFAULT_FRAMEWORK = "generic"
 
-DEFAULT_ALLOW: dict[str, Mapping[str, tuple[str, ...]]] = {"torchtitan": TORCHTITAN_DEFAULT_ALLOW}
-"""Per framework: the domains it fixes where vramopt's default domain would be refused."""
+DEFAULT_ALLOW: dict[str, Mapping[str, tuple[str, ...]]] = {
+    "deepspeed": {"grad_comm_precision": ("bf16", "fp16", "fp32")},  # communication_data_type's choices
+    "megatron": {"grad_comm_precision": ("fp32", "bf16", "fp16")},  # fp32 main gradients, --grad-reduce-in-bf16, fp16 training
+    "torchtitan": TORCHTITAN_DEFAULT_ALLOW,
+}
+"""Per framework: the domains it searches where vramopt's default would be refused (the
+default gradient precision follows the training precision, so fp8 training would send fp8
+gradients, which none of these frameworks does)."""
 
 NEUTRAL_CODES = {
     "gpus": 1, "tensor_parallel": 1, "context_parallel": 1, "pipeline_parallel": 1, "data_parallel": 1,
