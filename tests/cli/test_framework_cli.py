@@ -73,3 +73,10 @@ def test_export_torchtitan_and_megatron_write_launch_scripts(tmp_path):
         assert result.exit_code == 0, result.stderr
         text = path.read_text()
         assert text.startswith("#!/usr/bin/env bash") and marker in text and "torchrun --nnodes 1" in text
+
+
+def test_export_prints_the_launch_line_with_world_size_and_nodes(tmp_path):
+    result = invoke(["solve", "--model", "70b", "--gpu", "h100", "--max-gpus", "16", "--export", "megatron", str(tmp_path / "run.sh")])
+    assert result.exit_code == 0, result.stderr
+    launch = [line for line in result.stderr.splitlines() if line.startswith("note (megatron): launch (")]
+    assert len(launch) == 1 and "torchrun --nnodes" in launch[0] and "pretrain_gpt.py" in launch[0]

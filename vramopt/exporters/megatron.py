@@ -96,6 +96,7 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     launch = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "pretrain_gpt.py", *arguments])
     if nodes > 1:
         notes.append(f"launch: run the line on each of the {nodes} nodes with --node-rank and --master-addr/--master-port of the first")
+    notes.append(f"launch ({gpus} GPUs, {nodes} node{'s' if nodes > 1 else ''} x {per_node}): {launch}")
     return MegatronExport(content={"release": RELEASE, "arguments": arguments, "launch": launch}, notes=tuple(notes))
 
 

@@ -111,4 +111,5 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     nodes = plan.get("nodes") if isinstance(plan.get("nodes"), int) and plan.get("nodes", 0) >= 1 else 1
     per_node = gpus // nodes if gpus % nodes == 0 else gpus
     launch = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "-m", "torchtitan.train", *arguments])
+    notes.append(f"launch ({gpus} GPUs, {nodes} node{'s' if nodes > 1 else ''} x {per_node}): {launch}")
     return TorchtitanExport(content={"release": RELEASE, "arguments": arguments, "launch": launch}, notes=tuple(notes))
