@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping
 
 from vramopt.api_fields import _build, _coerce, _fail, _plain
-from vramopt.errors import InputError
+from vramopt.errors import InputError, show_value
 from vramopt.input_files import check_integers, parse_json
 from vramopt.results import SCHEMA
 from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS, lora_field_error
@@ -122,18 +122,24 @@ class EstimateRequest:
     workload: TrainingWorkload | ServingWorkload
     plan: TrainingPlan | ServingPlan
     hardware: Mapping[str, Any] | None = None
+    framework: str = "generic"
+    """Training only: the framework whose rules and memory accounting apply (docs/frameworks.md)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "EstimateRequest":
-        data = _check_schema(data, ("schema", "workload", "plan", "hardware"))
+        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "framework"))
         workload = workload_from_dict(data["workload"])
         if "plan" not in data:
             raise _fail("plan", "is missing")
         plan_class = ServingPlan if isinstance(workload, ServingWorkload) else TrainingPlan
-        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data))
+        framework = data.get("framework", "generic")
+        if not isinstance(framework, str):
+            raise _fail("framework", f"must be a string, got {show_value(framework)}")
+        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), framework)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware)}
+        framework = {"framework": self.framework} if self.framework != "generic" else {}
+        return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware), **framework}
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,8 +278,10 @@ def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResp
     request = _request(request, EstimateRequest)
     with hardware_scope(request.hardware):
         if isinstance(request.workload, ServingWorkload):
+            if request.framework != "generic":
+                raise InputError(f"framework {request.framework} applies to training workloads; serving plans export to vLLM")
             return EstimateResponse(estimate_serving(request.workload, request.plan).to_dict())
-        return EstimateResponse(estimate_training(request.workload, request.plan).to_dict())
+        return EstimateResponse(estimate_training(request.workload, request.plan, request.framework).to_dict())
 
 
 def pareto(request: ParetoRequest | Mapping[str, Any] | str) -> ParetoResponse:

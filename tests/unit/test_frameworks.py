@@ -124,3 +124,18 @@ def test_the_request_schema_lists_every_framework():
 
     walk(schema)
     assert found and all(tuple(enum) == FRAMEWORK_NAMES for enum in found)
+
+
+def test_the_api_takes_the_framework_in_solve_and_estimate_requests():
+    from vramopt import api
+
+    request = {"workload": {"model": "8b", "global_batch": 64},
+               "plan": {"gpu": "h100", "gpus": 8, "pipeline_parallel": 2, "zero_stage": 2}}
+    assert api.estimate(request).data["plan"]["zero_stage"] == 2  # generic: fine
+    with pytest.raises(InputError, match="cannot run under --framework deepspeed"):
+        api.estimate({**request, "framework": "deepspeed"})
+    with pytest.raises(UnknownNameError, match="did you mean megatron"):
+        api.estimate({**request, "framework": "megatorn"})
+    assert api.EstimateRequest.from_dict({**request, "framework": "megatron"}).to_dict()["framework"] == "megatron"
+    solved = api.solve({"workload": {"model": "8b", "global_batch": 64}, "space": {"gpus": ["h100"], "max_gpus": 8, "framework": "megatron"}})
+    assert solved.data["plan"]["zero_stage"] <= 1
