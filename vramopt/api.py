@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping
 
 from vramopt.api_fields import _build, _coerce, _fail, _plain
-from vramopt.errors import InputError
+from vramopt.errors import InputError, show_value
 from vramopt.input_files import check_integers, parse_json
 from vramopt.results import SCHEMA
 from vramopt.types import SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload, WORKLOADS, lora_field_error
@@ -134,10 +134,12 @@ class EstimateRequest:
     """Training kinds: the token budget whose days, GPU-hours and dollars ``time_and_cost`` gives."""
     usd_per_gpu_hour: Mapping[str, float] | None = None
     """GPU type -> US dollars per GPU-hour (over the built-in H800 price)."""
+    framework: str = "generic"
+    """Training only: the framework whose rules and memory accounting apply (docs/frameworks.md)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "EstimateRequest":
-        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "total_tokens", "usd_per_gpu_hour"))
+        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "total_tokens", "usd_per_gpu_hour", "framework"))
         workload = workload_from_dict(data["workload"])
         if "plan" not in data:
             raise _fail("plan", "is missing")
@@ -153,12 +155,16 @@ class EstimateRequest:
             raise _fail("total_tokens", "does not apply to a serving workload (give usd_per_gpu_hour for money per token)")
         if not serving and prices is not None and total_tokens is None:
             raise _fail("usd_per_gpu_hour", "needs total_tokens for a training workload (the cost of what?)")
-        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), total_tokens, prices)
+        framework = data.get("framework", "generic")
+        if not isinstance(framework, str):
+            raise _fail("framework", f"must be a string, got {show_value(framework)}")
+        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), total_tokens, prices, framework)
 
     def to_dict(self) -> dict[str, Any]:
+        framework = {"framework": self.framework} if self.framework != "generic" else {}
         return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware),
                 **({} if self.total_tokens is None else {"total_tokens": self.total_tokens}),
-                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)})}
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}), **framework}
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,9 +317,11 @@ def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResp
         # The same checks as a solve's space (token range, known GPUs, prices at least 0).
         check_cost_space(SearchSpace(total_tokens=request.total_tokens, usd_per_gpu_hour=prices), request.workload)
         if isinstance(request.workload, ServingWorkload):
+            if request.framework != "generic":
+                raise InputError(f"framework {request.framework} applies to training workloads; serving plans export to vLLM")
             data = estimate_serving(request.workload, request.plan).to_dict()
         else:
-            data = estimate_training(request.workload, request.plan).to_dict()
+            data = estimate_training(request.workload, request.plan, request.framework).to_dict()
         attach_time_and_cost(data, request.total_tokens, space_prices(prices), bool(prices))
         return EstimateResponse(data)
 

@@ -16,6 +16,7 @@ interrupted (Ctrl-C: the line ``interrupted``, no output file written, no status
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -42,7 +43,9 @@ from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
 from vramopt.cli_cost import (add_time_and_cost, cost_options, money_flags_given, pack_money_line, price_options, space_cost_fields,
                               time_money_front, with_cost_lines)
+from vramopt.cli_framework import EXPORT_TARGETS, framework_option, resolve_framework
 from vramopt.display_cost import render_cost_front
+from vramopt.frameworks import DEFAULT_FRAMEWORK
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
 from vramopt.cli_group import (  # noqa: F401 - re-exported
@@ -116,19 +119,22 @@ def main(debug: bool) -> None:
 @main.command()
 @workload_options
 @plan_options
+@framework_option
 @hardware_option
 @cost_options
 @format_option()
-def estimate(output_format: str, **options: Any) -> None:
+def estimate(output_format: str, framework: str | None, **options: Any) -> None:
     """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
     whether it fits, and throughput."""
     workload = build_workload(options)
     if isinstance(workload, ServingWorkload):
+        if framework not in (None, DEFAULT_FRAMEWORK):
+            raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM")
         result = estimate_serving(workload, build_plan(options)).to_dict()
         add_time_and_cost(result)
         emit(result, output_format, with_cost_lines(render_serving))
         return
-    result = estimate_training(workload, build_plan(options)).to_dict()
+    result = estimate_training(workload, build_plan(options), framework=framework or DEFAULT_FRAMEWORK).to_dict()
     add_time_and_cost(result)
     host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
     emit(result, output_format, with_cost_lines(lambda data: render_training(data, host_limit, nvme_limit)))
@@ -172,10 +178,13 @@ def models(output_format: str) -> None:
               help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
 @hardware_option
 @cost_options
-@click.option("--export", "export", type=(click.Choice(("deepspeed", "vllm")), str), default=None,
-              help="Also write a framework config of the plan: --export deepspeed ds.json or --export vllm vllm.json.")
+@click.option("--export", "export", type=(click.Choice(EXPORT_TARGETS), str), default=None,
+              help="Also write a framework config of the plan: --export deepspeed ds.json, --export megatron train.sh, "
+                   "--export torchtitan train.sh or --export vllm vllm.json.")
+@framework_option
 @format_option()
-def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, **options: Any) -> None:
+def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, framework: str | None,
+          **options: Any) -> None:
     """Find the highest-throughput plan that fits every GPU with its headroom.
 
     Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel, context_parallel,
@@ -192,8 +201,12 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         given_flags = [name for name in options if given(name)]
         if given_flags:
             raise click.UsageError(f"--request carries the whole request; --{given_flags[0].replace('_', '-')} cannot be given with it")
+        if framework is not None:
+            raise click.UsageError("--request carries the whole request; --framework cannot be given with it (set space.framework)")
         request = SolveRequest.from_dict(read_json_request(request_path))
         workload, space, engine = request.workload, request.space, request.engine
+        if export is not None:
+            space = replace(space, framework=resolve_framework(None if space.framework == DEFAULT_FRAMEWORK else space.framework, export[0]))
         use_request_hardware(request.hardware)
     else:
         space = build_space(
@@ -202,6 +215,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
             min_tokens_per_s=options["min_tokens_per_s"],
             time_limit_s=options["time_limit_s"],
             workers=options["workers"],
+            framework=resolve_framework(framework, export[0] if export else None),
         )
         workload, engine = build_workload(options), options["engine"]
     result = solve_request(workload, space, engine=engine)
@@ -241,10 +255,12 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--axes", type=click.Choice(("throughput", "time,cost")), default="throughput", show_default=True,
               help="throughput: tokens/s, GPUs, memory; time,cost: days (or tokens/s serving) against dollars (needs prices; "
                    "training needs --total-tokens).")
+@framework_option
 @hardware_option
 @cost_options
 @format_option()
-def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, axes: str, **options: Any) -> None:
+def pareto(output_format: str, output_path: str | None, plot_path: str | None, verify: bool, axes: str, framework: str | None,
+           **options: Any) -> None:
     """Every non-dominated plan over tokens/s (up), GPUs (down) and memory per GPU (down).
 
     The front is exact: it is the non-dominated subset of the whole candidate table, the
@@ -261,11 +277,13 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     if axes == "time,cost":
         if verify:
             raise click.UsageError("--verify certifies the tokens/s-GPUs-memory front; it does not apply to --axes time,cost")
+        if framework not in (None, DEFAULT_FRAMEWORK):
+            raise click.UsageError("--framework applies to the tokens/s-GPUs-memory front; --axes time,cost searches the generic rules")
         response = time_money_front(workload, options)
     else:
         if money_flags_given():
             raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
-        response = pareto_response(workload, build_space(options), verify=verify)
+        response = pareto_response(workload, build_space(options, framework=framework or DEFAULT_FRAMEWORK), verify=verify)
     rows = front_rows_for_csv(response)
     if not response["front"]:
         # As solve: no plan is a failure, and no output file is written or truncated.

@@ -27,7 +27,7 @@ def check_headroom(headroom_fraction: float) -> None:
         raise InputError(f"headroom must be a fraction in [0, 1), got {headroom_fraction!r}")
 
 
-def training_case(workload: TrainingWorkload, gpu_name: str) -> TrainingCase:
+def training_case(workload: TrainingWorkload, gpu_name: str, framework: str = "generic") -> TrainingCase:
     check_headroom(workload.headroom_fraction)
     for name in ("seq_len", "global_batch"):
         value = getattr(workload, name)
@@ -50,14 +50,22 @@ def training_case(workload: TrainingWorkload, gpu_name: str) -> TrainingCase:
         trainable_fraction=trainable,
         frozen_bytes_per_param=frozen,
         compute_overhead_fraction=overhead,
+        framework=framework,
     )
 
 
-def estimate_training(workload: TrainingWorkload, plan: TrainingPlan) -> TrainingEstimate:
+def estimate_training(workload: TrainingWorkload, plan: TrainingPlan, framework: str = "generic") -> TrainingEstimate:
+    """The memory and throughput of one plan; ``framework`` (vramopt/frameworks/) refuses a
+    plan that framework cannot run, naming its rule."""
+    from vramopt.frameworks import check_runs
+
+    from vramopt.frameworks import load_framework
+
     check_fields(workload, plan)  # integers too large to print or to convert to float
-    case = training_case(workload, plan.gpu)
+    case = training_case(workload, plan.gpu, load_framework(framework).name)
     plan = TrainingPlan(**{**_plan_fields(plan), "gpu": case.gpu.name})
     columns = check_plan(case, plan)
+    check_runs(framework, columns)
     values = {name: np.asarray(array).reshape(-1)[0].item() for name, array in evaluate_training(case, columns).items()}
     return TrainingEstimate(
         case=case,

@@ -319,6 +319,9 @@ class SearchSpace:
     usd_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
     """US dollars per GPU-hour by GPU type; objectives 'cost' (training) and 'cost-per-token'
     (serving) need one for every GPU type searched (optimizer/cost_objective.py)."""
+    framework: str = "generic"
+    """The training framework whose rules restrict the plans (vramopt/frameworks/): 'generic'
+    (every well-formed plan), 'deepspeed', 'megatron' or 'torchtitan'."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

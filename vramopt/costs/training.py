@@ -79,6 +79,9 @@ class TrainingCase:
     tensor_parallel_overlap: bool = False
     """The framework overlaps tensor-parallel collectives with the GEMMs they feed
     (Megatron-Core ``--tp-comm-overlap``, torchtitan async TP). costs/overlap.py."""
+    framework: str = "generic"
+    """Whose model-state accounting applies (vramopt/frameworks/memory.py): 'generic',
+    'deepspeed', 'megatron' or 'torchtitan'."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -93,6 +96,11 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
     micro_batches = micro_batches_per_step(case, columns)
     memory = model_state_bytes(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
+    if case.framework != "generic":
+        from vramopt.frameworks.memory import framework_model_state_bytes
+
+        memory = framework_model_state_bytes(case.framework, model, columns, parameters_per_gpu(model, columns), memory,
+                                             case.trainable_fraction, case.frozen_bytes_per_param)
     # Context parallelism: each rank keeps s/cp tokens of every activation and of the logits
     # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
     rank_tokens = seq_len / columns.context_parallel

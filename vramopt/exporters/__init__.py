@@ -1,4 +1,4 @@
-"""Framework configurations from a plan: DeepSpeed for training, vLLM for serving.
+"""Framework configurations from a plan: DeepSpeed, Megatron-LM and torchtitan for training, vLLM for serving.
 
 Each exporter reads one "vramopt/v1" response (``to_dict()`` of an estimate, or a solve
 result) and returns an ``ExportResult``: the configuration (``content``, ``text()``) and
@@ -20,11 +20,15 @@ from typing import Any
 
 from vramopt.errors import InputError
 from vramopt.exporters.deepspeed import deepspeed_config
+from vramopt.exporters.megatron import MegatronExport, megatron_args
 from vramopt.exporters.result import ExportResult
+from vramopt.exporters.torchtitan import TorchtitanExport, torchtitan_args
 from vramopt.exporters.vllm import VllmExport, vllm_args
 
 EXPORTERS: dict[str, Callable[[Mapping[str, Any]], ExportResult]] = {
     "deepspeed": deepspeed_config,
+    "megatron": megatron_args,
+    "torchtitan": torchtitan_args,
     "vllm": vllm_args,
 }
 """Target name -> exporter."""
@@ -37,4 +41,4 @@ def export(target: str, response: Mapping[str, Any]) -> ExportResult:
     return EXPORTERS[target](response)
 
 
-__all__ = ["EXPORTERS", "ExportResult", "VllmExport", "deepspeed_config", "export", "vllm_args"]
+__all__ = ["EXPORTERS", "ExportResult", "MegatronExport", "TorchtitanExport", "VllmExport", "deepspeed_config", "export", "megatron_args", "torchtitan_args", "vllm_args"]

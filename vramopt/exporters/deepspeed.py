@@ -25,6 +25,7 @@ from vramopt.costs.columns import OFFLOAD_NAMES
 from vramopt.costs.offload import OFFLOAD_RULES
 from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.errors import InputError
+from vramopt.frameworks import check_runs, plan_columns
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS
@@ -137,6 +138,8 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     for code, lowest, message in OFFLOAD_RULES:  # the rules' one home: costs/offload.py
         if offload == OFFLOAD_NAMES[code] and zero_stage < lowest:
             raise InputError(f"plan.{message}")
+    # Never a config DeepSpeed refuses: the enforced rules of vramopt/frameworks/deepspeed.py.
+    check_runs("deepspeed", plan_columns({**plan, "context_parallel": context_parallel}), "the plan", enforced_only=True)
 
     notes: list[str] = fit_notes(response)
     content: dict[str, Any] = {

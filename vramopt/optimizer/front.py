@@ -40,7 +40,7 @@ def pareto_response(workload, space: SearchSpace, verify: bool = False) -> dict[
     rows = []
     for point in front:
         plan = decode_choice(problem, point.choice)
-        estimate = estimate_serving(workload, plan) if serving else estimate_training(workload, plan)
+        estimate = estimate_serving(workload, plan) if serving else estimate_training(workload, plan, space.framework)
         if not estimate.fits:
             raise InputError(f"internal error: front plan does not fit in floating point: {plan}")
         response = estimate.to_dict()

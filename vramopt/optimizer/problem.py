@@ -29,6 +29,7 @@ from vramopt.constraints.validity import training_invalid_reasons as invalid_rea
 from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
+from vramopt.frameworks import refused_masks, space_for_framework
 from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
@@ -67,6 +68,8 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     """The problem of a training or a serving workload (``ServingWorkload``): one of the two
     reductions, ``build_training_problem`` or ``serving_problem.build_serving_problem``."""
     check_workload_fields(workload.kind, space)
+    if not isinstance(workload, TrainingWorkload) and getattr(space, "framework", "generic") != "generic":
+        raise InputError(f"--framework {space.framework} applies to training workloads; serving plans export to vLLM (--export vllm)")
     if not isinstance(workload, TrainingWorkload):
         _raise_on_empty_serving_domain(workload, space)
         return with_cost_objective(build_serving_problem(workload, space))
@@ -76,6 +79,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
 def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
     """Keys, state and activation tables of a training workload (fields already checked)."""
     check_space(space, workload)
+    space = space_for_framework(space)  # the framework's default domains; a pin it cannot run is refused
     model = load_model(workload.model)
     if workload.seq_len > model.max_context:
         raise InputError(f"seq_len {workload.seq_len} is longer than {model.name}'s context of {model.max_context} tokens")
@@ -112,9 +116,9 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
     check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
-    cases = [training_case(workload, gpu.name) for gpu in gpus]
-    constant, state = _evaluate_group(cases, keys, state_values, "state", choices)
-    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices)
+    cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
+    constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
+    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
 
     capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
     budget_bytes = capacity * (1.0 - workload.headroom_fraction)
@@ -230,7 +234,7 @@ def _empty_fields(context, choices) -> str:
     return ", ".join(empty) or "grad_comm_precision"
 
 
-def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, ItemTable]:
+def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> tuple[np.ndarray, ItemTable]:
     """Evaluate every key x item of one group with the other group held at a neutral item."""
     key_count, item_count = len(keys["gpus"]), len(items)
     codes = {name: np.repeat(keys[name], item_count) for name in KEY_COLUMNS}
@@ -263,6 +267,8 @@ def _evaluate_group(cases, keys, items, group, choices) -> tuple[np.ndarray, Ite
         well_formed = np.ones(rows.size, dtype=bool)
         for mask in invalid_reasons(case, columns).values():
             well_formed &= ~np.asarray(mask, dtype=bool)
+        for mask in refused_masks(framework, columns, group).values():  # rules of the key and this group only
+            well_formed &= ~mask
         # Evaluate only well-formed rows: most activation items are malformed for most keys
         # (sequence parallelism without tp, interleaving without pp).
         rows = rows[well_formed]

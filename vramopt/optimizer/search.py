@@ -37,8 +37,8 @@ def solve_training(workload, space: SearchSpace, engine: str = "cp-sat", runner_
     return solve(workload, space, engine, runner_up_count)
 
 
-def _estimate(workload, plan):
-    return estimate_serving(workload, plan) if isinstance(workload, ServingWorkload) else estimate_training(workload, plan)
+def _estimate(workload, plan, framework: str = "generic"):
+    return estimate_serving(workload, plan) if isinstance(workload, ServingWorkload) else estimate_training(workload, plan, framework)
 
 
 def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count: int = 3) -> SolveResult:
@@ -85,7 +85,7 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind)
 
     plan = decode_choice(problem, choice)
-    estimate = _estimate(workload, plan)
+    estimate = _estimate(workload, plan, space.framework)
     if not estimate.fits:
         raise PlanVerificationError(f"internal error: the decoded plan does not fit in floating point: {plan}")
     chosen_values = plan_values(problem, choice.key, choice.state_item, choice.activation_item)
@@ -93,12 +93,12 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     for field, alternative in runners_up(problem, choice, runner_up_count):
         check_cancelled()
         alternative_plan = decode_choice(problem, alternative)
-        alternative_estimate = _estimate(workload, alternative_plan)
+        alternative_estimate = _estimate(workload, alternative_plan, space.framework)
         values = plan_values(problem, alternative.key, alternative.state_item, alternative.activation_item)
         differences = {name: (chosen_values[name], values[name]) for name in chosen_values if chosen_values[name] != values[name]}
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
-    offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate)
+    offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate, space.framework)
     gain = None if isinstance(workload, ServingWorkload) else optimizer_gain(workload, estimate)
     check_cancelled()
     return SolveResult(
@@ -107,12 +107,12 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     )
 
 
-def _offload_cost(workload: TrainingWorkload, estimate) -> dict[str, float] | None:
+def _offload_cost(workload: TrainingWorkload, estimate, framework: str = "generic") -> dict[str, float] | None:
     """The same plan without offload: how much memory it would need, how much faster it is."""
     plan = estimate.plan
     if plan.offload == "none":
         return None
-    resident = estimate_training(workload, replace(plan, offload="none"))
+    resident = estimate_training(workload, replace(plan, offload="none"), framework)
     return {
         "without_offload_total_bytes": resident.total_bytes,
         "slowdown_factor": resident.tokens_per_s / estimate.tokens_per_s,
