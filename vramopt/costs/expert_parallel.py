@@ -47,10 +47,6 @@ ALL_TO_ALLS_PER_LAYER = 4
 """Dispatch and combine, forward and backward."""
 
 
-def expert_parallel_column(columns: PlanColumns) -> np.ndarray:
-    return np.asarray(getattr(columns, "expert_parallel", 1))
-
-
 def routed_expert_parameters(model: ModelSpec) -> float:
     """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
     moe = model.moe
@@ -65,12 +61,12 @@ def unsplit_expert_parameters_per_gpu(model: ModelSpec, columns: PlanColumns) ->
     experts, split by tp) minus what it holds with ep: the parameters ep takes off it."""
     layout = ParallelLayout.from_columns(columns)
     held_without = routed_expert_parameters(model) / layout.dense_weight_shards  # tp x pp, as dense layers
-    return held_without * (1.0 - 1.0 / expert_parallel_column(columns))
+    return held_without * (1.0 - 1.0 / np.asarray(columns.expert_parallel))
 
 
 def expert_parallel_invalid_reasons(model: ModelSpec, columns: PlanColumns) -> dict[str, np.ndarray]:
     """The rules of ep itself; that ep x etp divides tp x cp x dp is the layout's rule."""
-    ep = expert_parallel_column(columns)
+    ep = np.asarray(columns.expert_parallel)
     experts = model.moe.experts if model.moe is not None else 1
     return {
         "expert_parallel > 1 needs a mixture-of-experts model": (ep > 1) & (model.moe is None),
@@ -80,9 +76,9 @@ def expert_parallel_invalid_reasons(model: ModelSpec, columns: PlanColumns) -> d
 
 def all_to_all_seconds_per_micro_batch(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len) -> np.ndarray:
     """Exposed dispatch/combine time of one micro-batch on one GPU of the heaviest stage."""
-    ep = expert_parallel_column(columns).astype(float)
+    ep = np.asarray(columns.expert_parallel).astype(float)
     if model.moe is None:
-        return np.zeros(np.shape(ep)) if np.ndim(ep) else 0.0
+        return np.zeros_like(ep)
     layout = ParallelLayout.from_columns(columns)
     moe_layers_per_stage = moe_layer_count(model.layers, model.moe) / layout.pipeline_parallel
     tokens = seq_len * columns.micro_batch / layout.token_shards

@@ -180,11 +180,11 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
         for dp in data_parallel:
-            count = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).world_size
+            layout = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp)
+            count = layout.world_size
             if count in position:
-                refolded = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp).sharding_group
                 for e_index, ep in enumerate(expert_degrees):  # ep refolds cp x dp (costs/expert_parallel.py)
-                    if refolded % ep == 0:
+                    if layout.sharding_group % ep == 0:
                         layouts.append((position[count], t_index, c_index, e_index, p_index, count, t, cp, p, dp, ep))
     layouts.sort()
     rows = []
