@@ -1,4 +1,4 @@
-"""What every technique module declares, and the CP-SAT channelling they share.
+"""What every technique module declares.
 
 A technique is one plan field (``zero_stage``, ``checkpointing`` ...). Its module declares
 - its group: ``key`` (layout, precision and micro-batch: fixed per candidate row), ``state``
@@ -8,15 +8,12 @@ A technique is one plan field (``zero_stage``, ``checkpointing`` ...). Its modul
   what lets the solver keep only each group's Pareto-optimal items;
 - its domain: default values, and how a user's text is parsed (``--pin zero_stage=3``);
 - its coefficient columns: how a value is written into ``costs.columns.PlanColumns``;
-- its CP-SAT encoding: one boolean ``choice[field=value]`` per value, channelled to the
-  candidate items that carry it (``encode_choices``), so pins and explanations can talk
-  about techniques by name;
 - its decode step: reading the chosen value back into the plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from vramopt.errors import InputError
@@ -113,18 +110,3 @@ def parse_choice(field_name: str, choices: Sequence[str]) -> Callable[[str], str
         return value
 
     return parse
-
-
-@dataclass
-class ChoiceVariables:
-    """``choice[(field, value)]`` booleans of one CP model, named after what they mean."""
-
-    literals: dict[tuple[str, Any], Any] = field(default_factory=dict)
-
-
-def encode_choices(cp, technique: Technique, items_by_value: Mapping[Any, list], variables: ChoiceVariables) -> None:
-    """Channel ``choice[field=value]`` to the sum of the candidate items carrying ``value``."""
-    for value, items in items_by_value.items():
-        literal = cp.new_bool_var(f"choice[{technique.field}={value}]")
-        cp.add(literal == sum(items))
-        variables.literals[(technique.field, value)] = literal

@@ -9,6 +9,8 @@ return the same plan (DESIGN.md section 4: determinism).
 
 from __future__ import annotations
 
+from functools import partial
+
 from ortools.sat.python import cp_model
 
 from vramopt.optimizer import cost_objective
@@ -49,31 +51,54 @@ def stage_expressions(variables: CpVariables) -> list:
     ticks = [(int(problem.state.time_ticks[key, item]), literal) for (key, item), literal in state_terms] + [
         (int(problem.activation.time_ticks[key, item]), literal) for (key, item), literal in activation_terms
     ]
+    group_of = {literal.index: "key" for _, literal in key_terms}
+    group_of.update({literal.index: "state" for _, literal in state_terms})
+    group_of.update({literal.index: "activation" for _, literal in activation_terms})
+    tie_breaks = partial(_tie_breaks, group_of=group_of)
     objective = problem.space.objective
     if objective in cost_objective.COST_OBJECTIVES:
         ticks_with_keys = [(coefficient, literal, key) for (coefficient, literal), key in zip(ticks, item_keys)]
-        return cost_objective.stage_terms(problem, key_terms, ticks_with_keys, gpus, memory, rank, _linear, _tie_breaks)
+        return cost_objective.stage_terms(problem, key_terms, ticks_with_keys, gpus, memory, rank, _linear, tie_breaks)
     if objective == "throughput":
-        return [_linear(ticks)] + _tie_breaks([gpus, memory, rank])
+        return [_linear(ticks)] + tie_breaks([gpus, memory, rank])
     if objective == "per-gpu":
         scaled = [(int(problem.keys["gpus"][key]) * coefficient, literal) for (coefficient, literal), key in zip(ticks, item_keys)]
-        return [_linear(scaled)] + _tie_breaks([gpus, memory, rank])
-    return [_linear(gpus), _linear(ticks)] + _tie_breaks([memory, rank])
+        return [_linear(scaled)] + tie_breaks([gpus, memory, rank])
+    return [_linear(gpus), _linear(ticks)] + tie_breaks([memory, rank])
 
 
 def _linear(terms: list) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum([literal for _, literal in terms], [coefficient for coefficient, _ in terms])
 
 
-def _tie_breaks(term_lists: list[list]) -> list:
-    """One mixed-radix expression for all tie-breaks when it cannot overflow, else one each."""
-    radices = [sum(abs(coefficient) for coefficient, _ in terms) + 1 for terms in term_lists]
+def _value_spread(terms: list, group_of: dict[int, str]) -> int:
+    """Largest minus smallest value the expression takes over plans. A plan sets exactly one
+    literal of each group (its key, and one state and one activation item of that key:
+    cp_capacity.add_one_plan), so its value is one coefficient per group (0 for a group whose
+    literals the expression leaves out), not the sum of every coefficient."""
+    highest: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    for coefficient, literal in terms:
+        group = group_of[literal.index]
+        highest[group] = max(highest.get(group, 0), coefficient)
+        lowest[group] = min(lowest.get(group, 0), coefficient)
+    return sum(highest.values()) - sum(lowest.values())
+
+
+def _tie_breaks(term_lists: list[list], group_of: dict[int, str]) -> list:
+    """One mixed-radix expression for all tie-breaks when CP-SAT can hold it, else one each.
+
+    Each weight exceeds the spread of everything weighted below it, so minimizing the sum
+    orders plans lexicographically. The spreads are per plan (``_value_spread``); CP-SAT's own
+    limit is on the sum of |coefficient| over all literals, checked on the combined terms.
+    """
     weights, weight = [], 1
-    for radix in reversed(radices):
+    for terms in reversed(term_lists):
         weights.append(weight)
-        weight *= radix
+        weight *= _value_spread(terms, group_of) + 1
     weights.reverse()
-    if weight >= OBJECTIVE_MAGNITUDE_LIMIT:
+    magnitude = sum(abs(coefficient) * factor for terms, factor in zip(term_lists, weights) for coefficient, _ in terms)
+    if magnitude >= OBJECTIVE_MAGNITUDE_LIMIT:
         return [_linear(terms) for terms in term_lists]
     combined = [(coefficient * factor, literal) for terms, factor in zip(term_lists, weights) for coefficient, literal in terms]
     return [_linear(combined)]

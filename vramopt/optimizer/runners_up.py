@@ -43,7 +43,7 @@ def _without(problem: Problem, field: str, value) -> tuple[Problem, np.ndarray]:
         keep = np.array([item[field] != value for item in activation.values])
         activation = _masked(activation, keep[None, :])
     else:
-        keys = np.array([key for key in keys if problem.key_values(key)[field] != value], dtype=np.int64)
+        keys = np.flatnonzero(~problem.keys_with(field, value)).astype(np.int64)
     return replace(problem, state=state, activation=activation), keys
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from vramopt.constraints.technique import ChoiceVariables
 from vramopt.optimizer.cancel import check_cancelled, run_solver
 from vramopt.optimizer.cp_capacity import add_memory_headroom, add_one_plan, add_throughput_target
 from vramopt.optimizer.cp_objective import objective_of, stage_expressions
@@ -42,7 +41,6 @@ class CpOutcome:
     candidates: int
     """Keys left after exact pruning (what CP-SAT searched over)."""
     variables: int
-    choices: ChoiceVariables | None = None
 
 
 def build_model(problem: Problem, reduced) -> CpVariables:
@@ -67,6 +65,11 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     gap = 0.0
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
+    # Probing (presolve's tentative fixing of each Boolean) proves nothing here that the
+    # exactly-one structure and the per-key budgets do not already give, and it was most of
+    # the solve: measured by benchmarks/cp_sat_parameters.py, best of 3, 2 cores: primary solve
+    # 2t/256 GPUs 617 -> 109 ms, 2t/1,024 332 -> 69 ms, 70b/16 89 -> 33 ms, same optima.
+    solver.parameters.cp_model_probing_level = 0
     for index, expression in enumerate(stages):
         check_cancelled()
         remaining = time_limit_s - (time.perf_counter() - started)
@@ -93,9 +96,7 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
         choice = Choice(key, state, activation, objective_of(problem, key, state, activation))
         # Fix this stage's optimum, then hint the solution for the next stage.
         model.cp.add(expression == value)
-        model.cp.clear_hints()
-        for literal in model.all_literals():
-            model.cp.add_hint(literal, solver.boolean_value(literal))
+        model.hint_solution(solver)
         if result == cp_model.FEASIBLE:
             break
-    return CpOutcome(choice, status, gap, len(reduced.keys), model.count(), model.choices)
+    return CpOutcome(choice, status, gap, len(reduced.keys), model.count())

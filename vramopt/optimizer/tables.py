@@ -103,6 +103,18 @@ class Problem:
     def gpu_of(self, key: int) -> GpuSpec:
         return self.gpus[int(self.keys["gpu_index"][key])]
 
+    def keys_with(self, field: str, value) -> np.ndarray:
+        """Mask over keys: the key decides ``field`` as ``value`` (the columnar twin of
+        ``key_values(key)[field] == value``, for the runner-up masks over thousands of keys)."""
+        if field == "gpu":
+            return np.array([gpu.name == value for gpu in self.gpus])[self.keys["gpu_index"]]
+        encodings = {"precision": PRECISIONS, "quantization": QUANTIZATIONS}
+        if field in encodings and field in self.keys:
+            return self.keys[field] == encodings[field].index(value) if value in encodings[field] else np.zeros(self.key_count, bool)
+        if field in self.keys and field != "mig_profile":
+            return self.keys[field] == value
+        return np.array([self.key_values(key)[field] == value for key in range(self.key_count)], dtype=bool)
+
     def key_values(self, key: int) -> dict[str, Any]:
         gpu = self.gpu_of(key)
         if self.kind == "infer":
