@@ -125,7 +125,10 @@ plan_options = apply_options(
         click.option("--cp", "--context-parallel", "context_parallel", type=POSITIVE, default=1, show_default=True,
                      help="Context-parallel degree: ring attention over cp GPUs that split each sequence."),
         click.option("--ep", "--expert-parallel", "expert_parallel", type=POSITIVE, default=1, show_default=True,
-                     help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of cp x dp."),
+                     help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of tp x cp x dp."),
+        click.option("--etp", "--expert-tensor-parallel", "expert_tensor_parallel", type=click.IntRange(0), default=0,
+                     help="Experts' tensor-parallel degree (Megatron-Core ETP; 1 = whole experts per rank). "
+                          "[default: 0 = the --tp degree]"),
         click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
                      help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
@@ -160,7 +163,8 @@ plan_options = apply_options(
 
 TRAINING_ONLY = {
     "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
-    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "expert_parallel": "--ep", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "expert_parallel": "--ep",
+    "expert_tensor_parallel": "--etp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
     "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
     "micro_batch": "--micro-batch", "optimizer": "--optimizer",
 }

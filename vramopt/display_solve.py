@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, on_off, percent, table
 from vramopt.display_requests import render_requests, request_goal
+from vramopt.constraints.expert_parallel import why_line as expert_why_line
 from vramopt.display_training import _context_brief, optimizer_why_line, render_training
 
 
@@ -163,6 +164,8 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
     )
     if result.get("optimizer_gain"):
         why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)
+    if result.get("expert_gain"):
+        why += "\n          " + expert_why_line(result["plan"], result["expert_gain"], gb)
     offload = result.get("offload_cost")
     if offload:
         why += (

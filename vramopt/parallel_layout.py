@@ -34,6 +34,14 @@ from typing import Any
 
 import numpy as np
 
+def resolved_expert_tensor_parallel(expert_tensor_parallel, tensor_parallel):
+    """The experts' tensor-parallel degree, 0 standing for tp (Megatron-Core's default when
+    ``--expert-tensor-parallel-size`` is not given)."""
+    if np.ndim(expert_tensor_parallel) == 0 and np.ndim(tensor_parallel) == 0:
+        return tensor_parallel if expert_tensor_parallel == 0 else expert_tensor_parallel
+    return np.where(np.asarray(expert_tensor_parallel) == 0, tensor_parallel, expert_tensor_parallel)
+
+
 GROUPS = ("tensor_parallel", "context_parallel", "data_parallel", "sharding", "pipeline_parallel", "expert_parallel")
 """Process groups whose node placement ``spans_nodes`` answers ('sharding' = data x context)."""
 
@@ -54,9 +62,11 @@ class ParallelLayout:
     context_parallel: Any = 1
     """Ranks that split every sequence (ring attention); 1 = none."""
     expert_parallel: Any = 1
-    """Ranks that split the routed experts of a MoE layer; 1 = none (not searched yet)."""
+    """Ranks that split the routed experts of a MoE layer; 1 = none."""
     expert_tensor_parallel: Any = 1
-    """Ranks that split each expert's matrices; 1 = none (not searched yet)."""
+    """Ranks that split each routed expert's matrices (Megatron-Core ETP); the expert layers
+    refold a stage's tp x cp x dp ranks as etp x ep x edp. ``from_columns``/``from_plan``
+    resolve the plan's 0 to tp."""
 
     # -- construction ---------------------------------------------------------------------
 
@@ -68,10 +78,9 @@ class ParallelLayout:
             pipeline_parallel=columns.pipeline_parallel,
             data_parallel=columns.data_parallel,
             context_parallel=getattr(columns, "context_parallel", 1),
-            # Expert layers keep tp as their expert-tensor-parallel degree (Megatron-Core's
-            # default), so the expert groups refold only cp x dp (costs/expert_parallel.py).
             expert_parallel=getattr(columns, "expert_parallel", 1),
-            expert_tensor_parallel=columns.tensor_parallel,
+            expert_tensor_parallel=resolved_expert_tensor_parallel(
+                getattr(columns, "expert_tensor_parallel", 0), columns.tensor_parallel),
         )
 
     @classmethod
@@ -89,11 +98,14 @@ class ParallelLayout:
     @classmethod
     def from_plan(cls, plan) -> "ParallelLayout":
         """The layout of a ``TrainingPlan`` (or a serving plan: context parallel 1)."""
-        return cls.from_gpus(
-            plan.gpus,
+        replica = plan.tensor_parallel * getattr(plan, "context_parallel", 1) * plan.pipeline_parallel
+        return cls(
             tensor_parallel=plan.tensor_parallel,
             pipeline_parallel=plan.pipeline_parallel,
             context_parallel=getattr(plan, "context_parallel", 1),
+            data_parallel=plan.gpus // replica,
+            expert_parallel=getattr(plan, "expert_parallel", 1),
+            expert_tensor_parallel=resolved_expert_tensor_parallel(getattr(plan, "expert_tensor_parallel", 0), plan.tensor_parallel),
         )
 
     # -- sizes ----------------------------------------------------------------------------
@@ -260,9 +272,10 @@ class ParallelLayout:
             reasons["global_batch must be a multiple of micro_batch x data_parallel"] = (
                 np.abs(micro_batches - np.round(micro_batches)) > 1e-9
             )
-        # Scalars of 1 (expert parallelism not searched yet) cannot break the rule: skip the
-        # array arithmetic the solver's tables would otherwise pay on every row.
-        no_experts = bool(np.all(np.asarray(self.expert_parallel) == 1))
+        # Layouts whose expert groups are the attention's (ep 1, etp = tp) cannot break the
+        # rule: skip the array arithmetic the solver's tables would otherwise pay on every row.
+        no_experts = bool(np.all(np.asarray(self.expert_parallel) == 1)
+                          and np.all(np.asarray(self.expert_tensor_parallel) == np.asarray(self.tensor_parallel)))
         reasons["expert_parallel x expert_tensor_parallel must divide tensor_parallel x context_parallel x data_parallel"] = (
             np.False_ if no_experts else self.stage_gpus % self.expert_weight_shards != 0
         )

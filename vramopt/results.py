@@ -336,6 +336,10 @@ class SolveResult:
     """For a plan whose optimizer is not Adam: the same plan with Adam (memory, fit, largest
     micro-batch) and the speed-up (constraints/optimizer_format.optimizer_gain); the key
     appears in the response only then."""
+    expert_gain: Mapping[str, Any] | None = None
+    """For a plan that splits experts otherwise than the dense layers (ep > 1 or etp != tp):
+    the same plan with ep 1 and etp = tp (memory, fit, speed-up; constraints/expert_parallel.
+    expert_gain); the key appears in the response only then."""
 
     @property
     def feasible(self) -> bool:
@@ -352,6 +356,8 @@ class SolveResult:
         body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
         if self.optimizer_gain:
             body["optimizer_gain"] = dict(self.optimizer_gain)
+        if self.expert_gain:
+            body["expert_gain"] = dict(self.expert_gain)
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -226,6 +226,14 @@ class TrainingPlan:
     'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
     expert_parallel: int = 1
     """Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py)."""
+    expert_tensor_parallel: int = 0
+    """Ranks that split each routed expert's matrices (Megatron-Core ETP); 0 (the default)
+    stands for the tensor-parallel degree, Megatron-Core's default, and is resolved to it on
+    construction, so a plan always carries the degree it runs (costs/expert_parallel.py)."""
+
+    def __post_init__(self) -> None:
+        if self.expert_tensor_parallel == 0 and not isinstance(self.expert_tensor_parallel, bool):
+            object.__setattr__(self, "expert_tensor_parallel", self.tensor_parallel)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

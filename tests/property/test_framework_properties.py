@@ -34,9 +34,10 @@ def _megatron(plan) -> bool:
 
 
 def _torchtitan(plan) -> bool:
+    experts_whole_under_ep = plan.expert_tensor_parallel == (1 if plan.expert_parallel > 1 else plan.tensor_parallel)
     return (plan.zero_stage != 1 and plan.optimizer == "adam" and plan.grad_comm_precision == "fp32"
             and plan.offload == "none" and plan.precision != "fp16"
-            and plan.checkpointing in ("none", "selective", "every:1") and plan.flash_attention)
+            and plan.checkpointing in ("none", "selective", "every:1") and plan.flash_attention and experts_whole_under_ep)
 
 
 RUNS = {"deepspeed": _deepspeed, "megatron": _megatron, "torchtitan": _torchtitan}

@@ -11,6 +11,7 @@ import pytest
 
 import vramopt.constraints as constraints_package
 from vramopt.constraints import registry
+from vramopt.constraints.expert_parallel import SAME_AS_TENSOR_PARALLEL
 from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import GROUPS, DomainContext, Technique
 from vramopt.types import PRECISIONS, ServingPlan, TrainingPlan
@@ -30,9 +31,11 @@ def test_every_technique_module_is_registered():
         assert getattr(module, "TECHNIQUES", ()), f"vramopt/constraints/{name}.py declares no TECHNIQUES"
 
 
-EXTRA_VALUES = {"precision": PRECISIONS, "grad_comm_precision": PRECISIONS, "gpus": (1, 8, 16), "data_parallel": (1, 2, 4)}
+EXTRA_VALUES = {"precision": PRECISIONS, "grad_comm_precision": PRECISIONS, "gpus": (1, 8, 16), "data_parallel": (1, 2, 4),
+                "expert_tensor_parallel": (1, 2, 4)}
 """Values outside the default domains: what --allow may bring (grad_comm_precision defaults
-to 'same'), and the GPU count and dp, whose domains come from --max-gpus and the layout."""
+to 'same'), the GPU count and dp, whose domains come from --max-gpus and the layout, and the
+experts' tensor-parallel degrees, which a dense model's default domain leaves out."""
 
 
 def context(kind: str) -> DomainContext:
@@ -52,7 +55,9 @@ def test_every_technique_round_trips_its_values_through_parse_columns_and_decode
         if kind not in technique.workloads:
             continue
         assert isinstance(technique, Technique) and technique.group in GROUPS and technique.description
-        values = [value for value in technique.default_values(context(kind)) if value != SAME_AS_PRECISION]
+        # The sentinels 'same as the key's precision / tp' resolve against another field's value.
+        values = [value for value in technique.default_values(context(kind))
+                  if value != SAME_AS_PRECISION and not (technique.field == "expert_tensor_parallel" and value == SAME_AS_TENSOR_PARALLEL)]
         values += [value for value in EXTRA_VALUES.get(technique.field, ()) if value not in values]
         if technique.field == "gpu":  # the GPU type picks the coefficient table; no column carries it
             assert values == [] and technique.columns("b200") == {} and technique.parse(" B200 ") == "b200"

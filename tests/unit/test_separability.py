@@ -150,5 +150,5 @@ def test_constraints_registry_agrees_on_the_split():
 
     assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
-    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel",
-                                        "data_parallel", "precision", "micro_batch"}
+    assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel",
+                                        "expert_tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}

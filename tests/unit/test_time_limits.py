@@ -32,6 +32,7 @@ from vramopt.models import load_model
 from vramopt.optimizer import problem as training_problem
 from vramopt.optimizer import serving_problem
 from vramopt.optimizer.domains import domain, parsed_user_choices
+from vramopt.optimizer.tables import MAX_TABLE_ROWS
 from vramopt.optimizer.pack import solve_pack
 from vramopt.types import PRECISIONS, SearchSpace
 
@@ -92,7 +93,7 @@ def test_solve_answers_within_the_limit_with_a_label(case):
     if result.exit_code == 2:
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
     if not result.stdout:
-        assert "more than the 4,000,000 vramopt evaluates" in result.stderr  # refused before solving
+        assert f"more than the {MAX_TABLE_ROWS:,} vramopt evaluates" in result.stderr  # refused before solving
         return
     data = json.loads(result.stdout)
     solver = data["solver"]
@@ -236,8 +237,16 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
     experts = model.moe.experts if model.moe is not None else 1
     expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
+    etp_codes = domain("expert_tensor_parallel", context, choices)  # 0 = tp
     rows = []
-    for count, t, cp, ep, p in itertools.product(counts, tensor, context_degrees, expert_degrees, pipeline):
+    for count, t, cp, ep, etp_code, p in itertools.product(counts, tensor, context_degrees, expert_degrees, etp_codes, pipeline):
+        etp = etp_code or t
+        if etp_code and etp_code == t and 0 in etp_codes:  # the same layout as the code 0, listed first
+            continue
+        if etp != t and model.moe is None:
+            continue
+        if not any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow")) and ep == 1 and etp != t:
+            continue  # by default whole experts only with expert parallelism
         if count % (t * cp * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
@@ -247,11 +256,11 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
         dp = count // (t * cp * p)
         if (None not in data_parallel_allowed and dp not in data_parallel_allowed) or workload.global_batch % dp != 0:
             continue
-        if (cp * dp) % ep != 0:  # the expert layers refold cp x dp
+        if (t * cp * dp) % (ep * etp) != 0:  # the expert layers refold tp x cp x dp as etp x ep x edp
             continue
         for precision in precisions:
             if gpu.supports(precision):
-                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep) for b in micro_batches
+                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code) for b in micro_batches
                          if (workload.global_batch // dp) % b == 0]
     return rows
 

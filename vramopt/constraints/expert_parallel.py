@@ -1,7 +1,7 @@
-"""Expert parallelism: the ``expert_parallel`` plan field (issue 14; cost terms in
-costs/expert_parallel.py, where the group algebra and its sources are).
+"""Expert parallelism: the ``expert_parallel`` and ``expert_tensor_parallel`` plan fields
+(issue 14; cost terms in costs/expert_parallel.py, where the group algebra and its sources are).
 
-A key field like tp and cp: it changes which ranks hold which experts and the all-to-all
+Key fields like tp and cp: they change which ranks hold which experts and the all-to-all
 group. Default domain: 1 for dense models; for a mixture of experts every power of two that
 divides the routed experts, up to 64 (Megatron-Core's published MoE runs use ep 8 to 64;
 DeepSeek-V3 trained with ep 64, report section 3.1) and up to the GPUs searched. Whether it
@@ -17,6 +17,8 @@ from vramopt.constraints.technique import DomainContext, Technique, parse_int
 from vramopt.costs.expert_parallel import (
     all_to_all_seconds_per_micro_batch,
     expert_parallel_invalid_reasons,
+    expert_tensor_parallel_invalid_reasons,
+    moe_tensor_parallel_adjustment_s,
     unsplit_expert_parameters_per_gpu,
 )
 
@@ -44,8 +46,7 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     if degree == 1:
         return []
     return [f"expert parallel {degree}: not in this config; DeepSpeed-MoE takes it in the model code "
-            f"(deepspeed.moe.layer.MoE(..., ep_size={degree})), Megatron-Core as --expert-model-parallel-size {degree}; "
-            "the plan assumes the experts' tensor-parallel degree equals tp (Megatron-Core's default)"]
+            f"(deepspeed.moe.layer.MoE(..., ep_size={degree})), Megatron-Core as --expert-model-parallel-size {degree}"]
 
 
 EXPERT_PARALLEL = Technique(
@@ -62,8 +63,8 @@ EXPERT_PARALLEL = Technique(
         time=all_to_all_seconds_per_micro_batch,
         contract=ContractField(
             name="expert_parallel", json_type="integer",
-            description="expert-parallel degree: routed experts split over ep ranks carved out of cp x dp "
-                        "(expert tensor parallelism = tp); 1 for dense models",
+            description="expert-parallel degree: routed experts split over ep ranks carved out of tp x cp x dp "
+                        "with expert_tensor_parallel; 1 for dense models",
         ),
         display=display,
         display_line="parallel",
@@ -82,4 +83,117 @@ EXPERT_PARALLEL = Technique(
     ),
 )
 
-TECHNIQUES = (EXPERT_PARALLEL,)
+def expert_gain(workload, estimate, framework: str = "generic") -> dict[str, Any] | None:
+    """What the plan's expert split buys: the same plan with the experts split like the dense
+    layers (ep 1, etp = tp), its memory, whether it fits, and the speed-up of the chosen plan
+    over it. None for a plan that does not split experts otherwise."""
+    from dataclasses import replace
+
+    from vramopt.errors import InputError
+    from vramopt.estimate import estimate_training
+
+    plan = estimate.plan
+    if plan.expert_parallel == 1 and plan.expert_tensor_parallel == plan.tensor_parallel:
+        return None
+    try:
+        dense_like = estimate_training(workload, replace(plan, expert_parallel=1, expert_tensor_parallel=plan.tensor_parallel),
+                                       framework)
+    except InputError:  # the framework cannot run the experts split like the dense layers
+        return None
+    return {
+        "expert_parallel": plan.expert_parallel,
+        "expert_tensor_parallel": plan.expert_tensor_parallel,
+        "dense_split_total_bytes": dense_like.total_bytes,
+        "dense_split_fits": bool(dense_like.fits),
+        "limit_bytes": estimate.values["capacity_bytes"] * (1.0 - workload.headroom_fraction),
+        "speedup_factor": estimate.tokens_per_s / dense_like.tokens_per_s,
+        "all_to_all_fraction_of_step": estimate.values["expert_parallel_s"] / estimate.values["step_time_s"],
+    }
+
+
+def why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb) -> str:
+    """The why line's expert-split sentence (``gb`` formats bytes as the display does)."""
+    split = f"expert parallel {gain['expert_parallel']}" + (
+        " with whole experts (etp 1)" if gain["expert_tensor_parallel"] == 1 and plan["tensor_parallel"] > 1
+        else f" with etp {gain['expert_tensor_parallel']}" if gain["expert_tensor_parallel"] != plan["tensor_parallel"] else "")
+    dense = f"experts split like the dense layers (ep 1, etp {plan['tensor_parallel']})"
+    if not gain["dense_split_fits"]:
+        return (f"{split} is what makes it fit: with the {dense} it would need {gb(gain['dense_split_total_bytes'])} GB per GPU, "
+                f"over the {gb(gain['limit_bytes'])} GB limit")
+    return (f"{split}: {gain['speedup_factor']:,.2f}x the tokens/s of the same plan with the {dense}; "
+            f"its all-to-all is {gain['all_to_all_fraction_of_step'] * 100:,.1f}% of the step")
+
+
+SAME_AS_TENSOR_PARALLEL = 0
+"""The expert_tensor_parallel code for 'the plan's tp' (Megatron-Core's default)."""
+
+
+def default_expert_tensor_degrees(context: DomainContext) -> tuple[int, ...]:
+    """tp (the code 0) for every model; for a mixture of experts also 1, whole experts per
+    rank, as Megatron-Core's published MoE recipes run (Megatron-MoE-ModelZoo: Qwen3-235B and
+    DeepSeek-V3 with --expert-tensor-parallel-size 1) and as torchtitan 0.3.0 runs every
+    expert-parallel plan. Unless the user names the field, the key enumeration
+    (optimizer/problem.py) searches etp 1 with ep > 1 only (at ep 1 it would replicate every
+    expert over tp). Neither value dominates: etp 1 holds tp times the expert weights and
+    saves the MLP collectives and the all-to-all's span (2t on B200: etp = tp wins at 16,384
+    GPUs, etp 1 at 16). Searching both costs 1.7x the 2t keys (31,678 at 16,384 GPUs, 5.3M
+    table rows, within tables.MAX_TABLE_ROWS)."""
+    return (SAME_AS_TENSOR_PARALLEL, 1) if context.experts else (SAME_AS_TENSOR_PARALLEL,)
+
+
+def parse_expert_tensor_degree(text: str) -> int:
+    """'tp' or 0 for the plan's tensor-parallel degree, else a positive degree."""
+    if str(text).strip().lower() in ("tp", "0"):
+        return SAME_AS_TENSOR_PARALLEL
+    return parse_int("expert_tensor_parallel", 1)(text)
+
+
+def display_expert_tensor(plan: Mapping[str, Any]) -> str:
+    """'etp=1' on the parallel line when the experts are split otherwise than the dense layers."""
+    degree = plan.get("expert_tensor_parallel", plan.get("tensor_parallel", 1))
+    return f"etp={degree}" if degree != plan.get("tensor_parallel", 1) else ""
+
+
+def _deepspeed_note_expert_tensor(draft: ExportDraft) -> list[str]:
+    degree = draft.plan.get("expert_tensor_parallel", draft.plan.get("tensor_parallel", 1))
+    if degree == draft.plan.get("tensor_parallel", 1):
+        return []
+    return [f"expert tensor parallel {degree}: not in this config; Megatron-Core takes it as "
+            f"--expert-tensor-parallel-size {degree}; DeepSpeed-MoE keeps each expert whole unless the model code "
+            "enables expert tensor parallelism (deepspeed.moe.layer.MoE(enable_expert_tensor_parallelism=True))"]
+
+
+EXPERT_TENSOR_PARALLEL = Technique(
+    field="expert_tensor_parallel",
+    group="key",
+    description="experts' tensor-parallel degree (Megatron-Core ETP): 'tp' splits each expert like the dense layers, "
+                "1 keeps experts whole; ep x etp must divide tp x cp x dp",
+    parse=parse_expert_tensor_degree,
+    default_values=default_expert_tensor_degrees,
+    columns=lambda value: {"expert_tensor_parallel": value},
+    decode=lambda codes: int(codes["expert_tensor_parallel"]) or int(codes["tensor_parallel"]),
+    contribution=Contribution(
+        validity=lambda case, columns: expert_tensor_parallel_invalid_reasons(case.model, columns),
+        memory=unsplit_expert_parameters_per_gpu,
+        time=moe_tensor_parallel_adjustment_s,
+        contract=ContractField(
+            name="expert_tensor_parallel", json_type="integer",
+            description="ranks that split each routed expert's matrices (Megatron-Core ETP); equals tensor_parallel "
+                        "unless the experts are split otherwise (dense models: tensor_parallel)",
+        ),
+        display=display_expert_tensor,
+        display_line="parallel",
+        display_separator=" ",
+        exports={
+            "deepspeed": Export(apply=_deepspeed_note_expert_tensor),
+            "vllm": Export(not_exported="a training plan has no vLLM export"),
+        },
+        sources=(
+            "Megatron-Core parallel_state.initialize_model_parallel (expert_tensor_parallel_size; etp x ep x edp = tp x cp x dp)",
+            "Liu et al. 2025, MoE Parallel Folding (attention and MoE layers with their own tp)",
+            "yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (etp 1 in every published layout)",
+        ),
+    ),
+)
+
+TECHNIQUES = (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL)

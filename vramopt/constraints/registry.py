@@ -37,7 +37,8 @@ exporters/vllm.py. tests/unit/test_technique_completeness.py fails when a techni
 this list lacks any part, so a new technique cannot be registered half-done."""
 
 PLAN_ORDER = (
-    "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "data_parallel",
+    "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
+    "pipeline_parallel", "data_parallel",
     "sequence_parallel", "virtual_stages", "zero_stage", "checkpointing", "precision", "grad_comm_precision",
     "offload", "optimizer", "flash_attention", "seq_len", "micro_batch", "grad_accumulation", "global_batch",
 )
@@ -50,8 +51,8 @@ WORKLOAD_PLAN_FIELDS = ("nodes", "seq_len", "grad_accumulation", "global_batch")
 """Values in the response's plan that no technique decides: the nodes the GPUs span, and the
 workload's batch (seq_len, global_batch) with the accumulation it implies."""
 
-KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "data_parallel",
-              "precision", "micro_batch")
+KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
+              "pipeline_parallel", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")

@@ -40,6 +40,8 @@ class PlanColumns:
     """Optimizer-state format, an index of ``costs/optimizer_states.OPTIMIZER_NAMES``; 0 = adam."""
     expert_parallel: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))
     """Ranks that split the routed experts (costs/expert_parallel.py); 1 = none."""
+    expert_tensor_parallel: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """Ranks that split each routed expert's matrices; 0 = the tensor-parallel degree."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":

@@ -79,7 +79,7 @@ def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
 
 OPERATOR_COLUMNS = (
     "tensor_parallel", "pipeline_parallel", "context_parallel", "micro_batch", "precision",
-    "flash_attention", "sequence_parallel", "checkpoint_kind",
+    "flash_attention", "sequence_parallel", "checkpoint_kind", "expert_parallel", "expert_tensor_parallel",
 )
 """The plan columns ``costs/operators.py`` reads."""
 
@@ -101,7 +101,14 @@ def micro_batch_operator_times(
     key = np.zeros(size, dtype=np.int64)
     values_by_column = {}
     for name in OPERATOR_COLUMNS:
-        values, codes = np.unique(np.broadcast_to(np.asarray(getattr(columns, name)), (size,)), return_inverse=True)
+        column = np.broadcast_to(np.asarray(getattr(columns, name)), (size,))
+        low, high = (int(column.min()), int(column.max())) if size and column.dtype.kind in "iub" else (0, -1)
+        if 0 <= high - low < 4096:
+            # Small integer codes (every operator column): offsets from the minimum are the
+            # digits, without np.unique's sort of the whole column.
+            values, codes = np.arange(low, high + 1), column - low
+        else:
+            values, codes = np.unique(column, return_inverse=True)
         values_by_column[name] = values
         key = key * len(values) + codes.reshape(-1)  # mixed radix over the distinct values
     combinations = int(np.prod([len(values) for values in values_by_column.values()], dtype=float))

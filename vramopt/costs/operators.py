@@ -43,6 +43,7 @@ from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanCo
 from vramopt.costs.gemm import gemm_seconds, generation_of
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE
 from vramopt.models.parameters import moe_layer_count
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec
 
 ELEMENTWISE_REPLICATED_FORWARD_H = 22.0
@@ -150,11 +151,21 @@ def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens,
     t = columns.tensor_parallel.astype(float)
     peak = linear_peak(gpu, columns.precision)
     dense, moe = layer_gemms(model)
+    layout = ParallelLayout.from_columns(columns)
+    ep = np.asarray(layout.expert_parallel, dtype=float)
+    etp = np.asarray(layout.expert_tensor_parallel, dtype=float)
     forward = backward = 0.0
     shape_flops = 0.0
     for multiplier, n, k, count, sharded, batch in dense + moe:
-        n_rank, k_rank = (n / t, k) if sharded == 0 else (n, k / t)
-        fwd, bwd = _pass_seconds(gpu, peak, tokens * multiplier, n_rank, k_rank, count, trainable_fraction, batch)
+        split, rank_multiplier, rank_count, rank_batch = t, multiplier, count, batch
+        if batch > 1:
+            # Routed experts: E/ep of them on this rank, each f/etp wide, fed by the tokens
+            # of the ep x etp ranks that route to them (costs/expert_parallel.py): the same
+            # FLOPs as a 1/tp share of all E, in fatter GEMMs as ep grows.
+            split, rank_multiplier = etp, multiplier * ep * etp / t
+            rank_count, rank_batch = count / ep, batch / ep
+        n_rank, k_rank = (n / split, k) if sharded == 0 else (n, k / split)
+        fwd, bwd = _pass_seconds(gpu, peak, tokens * rank_multiplier, n_rank, k_rank, rank_count, trainable_fraction, rank_batch)
         forward, backward = forward + fwd, backward + bwd
         shape_flops += 2.0 * multiplier * n * k * count
     layers = model.layers / columns.pipeline_parallel

@@ -29,7 +29,7 @@ from vramopt.costs.communication import (
     tensor_parallel_seconds_per_micro_batch,
 )
 from vramopt.costs.context_parallel import ring_seconds_per_micro_batch
-from vramopt.costs.expert_parallel import all_to_all_seconds_per_micro_batch
+from vramopt.costs.expert_parallel import all_to_all_seconds_per_micro_batch, moe_tensor_parallel_adjustment_s
 from vramopt.costs.compute import (
     hardware_flops_per_token,
     micro_batch_operator_times,
@@ -125,7 +125,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
     )
     compute_per_micro_batch = np.where(peak_flops_per_s(gpu, columns.precision) > 0, operators["compute_s"], np.inf)
-    tensor_parallel_total = tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len) / columns.context_parallel
+    tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
+                             + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / columns.context_parallel
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
         tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap
     )

@@ -125,10 +125,14 @@ def _model_arguments(model: Mapping[str, Any], plan: Mapping[str, Any], notes: l
     if not spec.attention_bias and not spec.mlp_bias:
         arguments.append("--disable-bias-linear")
     if spec.moe is not None:
+        tensor = positive_integer(plan, "tensor_parallel")
+        expert = positive_integer(plan, "expert_parallel") if "expert_parallel" in plan else 1
+        expert_tensor = positive_integer(plan, "expert_tensor_parallel") if "expert_tensor_parallel" in plan else tensor
         arguments += ["--num-experts", str(spec.moe.experts), "--moe-router-topk", str(spec.moe.experts_per_token),
-                      "--moe-ffn-hidden-size", str(spec.moe.expert_ffn_hidden_size)]
-        notes.append("MoE: expert parallelism is 1 in this plan (vramopt does not search it); the experts are split by "
-                     "tensor parallelism only")
+                      "--moe-ffn-hidden-size", str(spec.moe.expert_ffn_hidden_size),
+                      "--expert-model-parallel-size", str(expert), "--expert-tensor-parallel-size", str(expert_tensor),
+                      # vramopt prices the all-to-all dispatcher (costs/expert_parallel.py), not the allgather default.
+                      "--moe-token-dispatcher-type", "alltoall"]
     if spec.mla is not None:
         notes.append(f"{spec.name} uses multi-head latent attention: add --multi-latent-attention with its ranks "
                      "(q/kv LoRA ranks, rope/nope head dims) from the model card")

@@ -73,6 +73,9 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
                   "--parallelism.tensor_parallel_degree", str(tensor),
                   "--parallelism.context_parallel_degree", str(context),
                   "--parallelism.pipeline_parallel_degree", str(pipeline)]
+    expert = positive_integer(plan, "expert_parallel") if "expert_parallel" in plan else 1
+    if expert > 1:
+        arguments += ["--parallelism.expert_parallel_degree", str(expert)]
     if zero >= 2:
         arguments += ["--parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never"]
     if tensor > 1:

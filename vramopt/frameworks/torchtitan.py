@@ -21,7 +21,24 @@ from vramopt.types import PRECISIONS
 VERSION = "0.3.0"
 CONFIGS = f"torchtitan {VERSION} config/configs.py"
 
+def _experts_split_otherwise(columns) -> np.ndarray:
+    """torchtitan's MoE layers: with ep > 1 the experts are whole on their ranks (EP borrows
+    the ranks of FSDP and TP, efsdp x ep = dp_shard x cp x tp); with ep = 1 they are split
+    like the dense layers (tp). Any other expert tensor-parallel degree has no setting."""
+    tp = np.asarray(columns.tensor_parallel)
+    etp = np.asarray(columns.expert_tensor_parallel)
+    etp = np.where(etp == 0, tp, etp)
+    ep = np.asarray(columns.expert_parallel)
+    return np.where(ep > 1, etp != 1, etp != tp)
+
+
 RULES = (
+    Rule(
+        message="torchtitan: with expert parallelism the experts are whole on their ranks (expert_tensor_parallel 1: EP borrows the FSDP and TP ranks), without it they are split like the dense layers (tp); there is no other expert tensor-parallel degree",
+        group="key",
+        refuses=_experts_split_otherwise,
+        source=f"{CONFIGS} ParallelismConfig.expert_parallel_degree (dp_shard * cp * tp == efsdp * ep)",
+    ),
     Rule(
         message="torchtitan: FSDP2 shards parameters, gradients and optimizer states together (ZeRO-3, or ZeRO-2 with fsdp_reshard_after_forward 'never'); there is no ZeRO-1",
         group="state",

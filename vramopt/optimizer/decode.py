@@ -4,6 +4,7 @@ module's own decode step."""
 from __future__ import annotations
 
 from vramopt.constraints import registry
+from vramopt.constraints.expert_parallel import SAME_AS_TENSOR_PARALLEL
 from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.optimizer.oracle import Choice
 from vramopt.optimizer.problem import KEY_COLUMNS, Problem
@@ -49,4 +50,6 @@ def plan_values(problem: Problem, key: int, state_item: int, activation_item: in
     values.update(problem.activation.values[activation_item])
     if values.get("grad_comm_precision") == SAME_AS_PRECISION:
         values["grad_comm_precision"] = values["precision"]
+    if values.get("expert_tensor_parallel") == SAME_AS_TENSOR_PARALLEL:
+        values["expert_tensor_parallel"] = values["tensor_parallel"]
     return values

@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
+from vramopt.constraints.expert_parallel import expert_gain
 from vramopt.constraints.optimizer_format import optimizer_gain
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
@@ -100,10 +101,11 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate, space.framework)
     gain = None if isinstance(workload, ServingWorkload) else optimizer_gain(workload, estimate)
+    experts = None if isinstance(workload, ServingWorkload) else expert_gain(workload, estimate, space.framework)
     check_cancelled()
     return SolveResult(
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
-        workload_kind=workload.kind, optimizer_gain=gain,
+        workload_kind=workload.kind, optimizer_gain=gain, expert_gain=experts,
     )
 
 

@@ -26,7 +26,7 @@ TICKS_PER_BEST_STEP = 1_000_000
 """Time resolution: one tick is a millionth of the fastest conceivable step of the space,
 so rounding changes the objective by at most ~1e-6 relative (documented integer scaling)."""
 
-MAX_TABLE_ROWS = 4_000_000
+MAX_TABLE_ROWS = 6_000_000
 """Largest key x item table built (about 1-2 GB of numpy temporaries at most): a bigger
 space is refused with a clear message instead of exhausting memory."""
 
@@ -54,7 +54,7 @@ def bound_in_ticks(bound_s: float, tick_s: float) -> int:
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
-               "expert_parallel")
+               "expert_parallel", "expert_tensor_parallel")
 """A training key's columns (the serving keys are ``serving_problem.SERVING_KEY_COLUMNS``)."""
 
 
