@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from vramopt.display_formats import gb, on_off, percent, table
 from vramopt.display_requests import render_requests, request_goal
 from vramopt.constraints.expert_parallel import why_line as expert_why_line
-from vramopt.display_training import _context_brief, optimizer_why_line, render_training
+from vramopt.display_training import _context_brief, optimizer_why_line, render_training, technique_line
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,6 +73,10 @@ def _requirement_checks(result: Mapping[str, Any]) -> list[tuple[str, bool, str]
     return checks
 
 
+def _after(separator: str, phrases: str) -> str:
+    return separator + phrases if phrases else ""
+
+
 def render_serving(result: Mapping[str, Any]) -> str:
     """The table view of one evaluated serving plan."""
     model, plan, memory, throughput = result["model"], result["plan"], result["memory"], result["throughput"]
@@ -82,11 +86,11 @@ def render_serving(result: Mapping[str, Any]) -> str:
     lines = [
         f"model     {model['name']}: {model['params_total'] / 1e9:.1f}B parameters, {model['layers']} layers, {model['kv_heads']} KV heads",
         f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} node{'' if plan['nodes'] == 1 else 's'})"
-        + (f", {plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU" if plan["mig_profile"] != "none" else ""),
-        f"replicas  {plan['replicas']} (tp={plan['tensor_parallel']} pp={plan['pipeline_parallel']}), {plan['slots']} slot{'' if plan['slots'] == 1 else 's'} each, "
-        f"{throughput['concurrent_slots']:,} concurrent sequences of up to {plan['context']:,} tokens",
-        f"weights   {plan['quantization']}; KV cache {plan['kv_cache_dtype']}, {'paged' if plan['paged_kv'] else 'contiguous'}; "
-        f"speculative decoding {on_off(plan['speculative_decoding'])}",
+        + _after(", ", technique_line(plan, "hardware", serving=True)),
+        f"replicas  {plan['replicas']} ({technique_line(plan, 'parallel', serving=True)})"
+        + _after(", ", technique_line(plan, "replicas", serving=True))
+        + f", {throughput['concurrent_slots']:,} concurrent sequences of up to {plan['context']:,} tokens",
+        f"weights   {technique_line(plan, 'weights', serving=True)}",
         "",
     ]
     rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in SERVING_MEMORY_LABELS.items()]

@@ -35,13 +35,14 @@ def render_plan(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def technique_line(plan: Mapping[str, Any], line: str) -> str:
+def technique_line(plan: Mapping[str, Any], line: str, serving: bool = False) -> str:
     """One line of the plan table: the phrases of the techniques that show on it
-    (``Contribution.display_line``), in the plan's field order."""
+    (``Contribution.display_line``), in the plan's field order (``registry.SERVING_ORDER``
+    for a serving plan)."""
     from vramopt.constraints import registry  # numpy and the techniques, only when a plan is shown
 
     text = ""
-    for technique in registry.training_techniques():
+    for technique in registry.serving_techniques() if serving else registry.training_techniques():
         contribution = technique.contribution
         if contribution.display_line != line:
             continue

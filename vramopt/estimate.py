@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 
 from vramopt.catalog_files import suggest
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase, ServingColumns, evaluate_serving, serving_invalid_reasons
+from vramopt.constraints.validity import serving_invalid_reasons
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase, ServingColumns, evaluate_serving
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.request_serving import request_load
 from vramopt.costs.lora import adapter_parameters, frozen_bytes_per_parameter

@@ -154,23 +154,17 @@ class ServingEstimate(EvaluatedPlan):
 
 
     def plan_dict(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "gpu": plan.gpu,
-            "gpus": plan.gpus,
+        """The contract's serving ``plan`` object, in ``registry.SERVING_PLAN_ORDER``: each
+        technique's value and the values the workload and the layout imply."""
+        from vramopt.constraints import registry
+
+        implied = {
             "nodes": self.nodes,
-            "tensor_parallel": plan.tensor_parallel,
-            "pipeline_parallel": plan.pipeline_parallel,
-            "quantization": plan.quantization,
-            "kv_cache_dtype": plan.kv_cache_dtype,
-            "paged_kv": plan.paged_kv,
             "context": self.workload.context,
-            "slots": plan.slots,
-            "mig_profile": plan.mig_profile,
             "instances_per_gpu": int(round(self.values["instances_per_gpu"])),
             "replicas": int(round(self.values["replicas"])),
-            "speculative_decoding": plan.speculative_decoding,
         }
+        return {name: implied[name] if name in implied else getattr(self.plan, name) for name in registry.SERVING_PLAN_ORDER}
 
     def memory_dict(self) -> dict[str, Any]:
         values = self.values

@@ -50,6 +50,10 @@ class Export:
     apply: Callable[[ExportDraft], list[str]] | None = None
     """Edits ``draft.content`` and returns the notes on what the target cannot say."""
     not_exported: str = ""
+    launch: bool = False
+    """Its notes say how the job is launched (processes, devices, replicas) rather than what
+    a setting cannot express: the vLLM exporter lists them after its notes on the settings
+    (the DeepSpeed exporter writes its launch note in plan order, with the others)."""
 
     def __post_init__(self) -> None:
         if (self.apply is None) == (not self.not_exported):
@@ -59,7 +63,8 @@ class Export:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Contribution:
     validity: Callable[[Any, Any], Mapping[str, Any]]
-    """(TrainingCase, PlanColumns) -> {message: mask of plans that break the rule}."""
+    """(TrainingCase, PlanColumns) -> {message: mask of plans that break the rule}; for a
+    serving-only technique (ServingCase, ServingColumns) -> the same."""
     memory: Callable[..., Any]
     """The technique's memory term (its signature is documented by the technique)."""
     time: Callable[..., Any]
@@ -71,14 +76,21 @@ class Contribution:
     """The line of the plan table its phrase joins (``DISPLAY_LINES``); '' when the phrase
     is part of a line the display composes from several values (hardware, batch)."""
     display_separator: str = ", "
-    """What goes before its phrase on the line: ', ' or ' ' (the degrees tp=2 cp=1 pp=4)."""
+    """What goes before its phrase on the line: ', ', ' ' (the degrees tp=2 cp=1 pp=4) or '; '."""
     exports: Mapping[str, Export]
     sources: tuple[str, ...]
+    serving_validity: Callable[[Any, Any], Mapping[str, Any]] | None = None
+    """For a technique of training and serving plans (gpu, gpus, tp, pp): its rules on a
+    serving plan, (ServingCase, ServingColumns) -> {message: mask}; None elsewhere."""
 
 
 JSON_TYPES = ("string", "integer", "boolean", "number")
-DISPLAY_LINES = ("parallel", "memory", "precision", "")
-"""Lines of the training plan table built from technique phrases, in registry.PLAN_ORDER."""
+DISPLAY_LINES = ("parallel", "memory", "precision", "hardware", "replicas", "weights", "")
+"""Lines of the plan tables built from technique phrases: parallel, memory and precision of
+the training table (in registry.PLAN_ORDER); hardware, replicas and weights of the serving
+table (in registry.SERVING_ORDER; its replicas line also shows the parallel phrases of tp
+and pp)."""
+DISPLAY_SEPARATORS = (", ", " ", "; ")
 
 
 def no_term(*arguments: Any) -> float:
@@ -100,8 +112,11 @@ def missing_parts(technique) -> list[str]:
     if not isinstance(contribution, Contribution):
         return ["contribution"]
     missing = [name for name in ("validity", "memory", "time", "display") if not callable(getattr(contribution, name, None))]
-    if contribution.display_line not in DISPLAY_LINES or contribution.display_separator not in (", ", " "):
+    if contribution.display_line not in DISPLAY_LINES or contribution.display_separator not in DISPLAY_SEPARATORS:
         missing.append("display")
+    shared = "infer" in technique.workloads and any(kind != "infer" for kind in technique.workloads)
+    if shared and not callable(contribution.serving_validity):
+        missing.append("validity:serving")
     contract = contribution.contract
     if not (isinstance(contract, ContractField) and contract.name == technique.field and contract.json_type in JSON_TYPES
             and contract.description):

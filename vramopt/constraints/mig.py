@@ -1,13 +1,50 @@
 """MIG partitioning (NVIDIA Multi-Instance GPU): a replica per MIG instance, as many
 instances of one profile per GPU as the profile allows, each with its slice's memory,
 compute slices (of 7) and memory bandwidth (memory slices of 8). Only GPUs whose catalog
-entry lists MIG profiles; tensor and pipeline parallelism stay 1 on MIG."""
+entry lists MIG profiles; tensor and pipeline parallelism stay 1 on MIG.
+
+Its memory and time terms are the instance's shares of the GPU (capacity, compute slices,
+memory slices, instances per GPU, from the catalog's profiles), read in the serving
+evaluation's one coupled place, ``costs/inference.evaluate_serving``: the capacity every
+term is held against, the GEMM and HBM rates, and the replica count.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import Technique
+from vramopt.costs.inference import evaluate_serving
 
 NO_MIG = "none"
+
+
+def mig_invalid_reasons(case, columns) -> dict[str, Any]:
+    on_mig = columns.mig_profile >= 0
+    t, p = columns.tensor_parallel, columns.pipeline_parallel
+    return {
+        "a MIG instance serves one replica without tensor or pipeline parallelism": on_mig & ((t > 1) | (p > 1)),
+        "the GPU has no MIG profiles": on_mig & (len(case.gpu.mig_profiles) == 0),
+    }
+
+
+def _vllm(draft: ExportDraft) -> list[str]:
+    """How the instances are launched: one engine per instance (vLLM has no MIG argument)."""
+    plan = draft.plan
+    profile = plan["mig_profile"]
+    if profile == NO_MIG:
+        return []
+    return [f"MIG {profile}: {plan['replicas']} instances ({plan['instances_per_gpu']} per GPU on {plan['gpus']} x {plan['gpu']}), "
+            "each its own `vllm serve` with these arguments pinned with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists "
+            "the UUIDs), behind a load balancer"]
+
+
+def _display(plan) -> str:
+    if plan["mig_profile"] == NO_MIG:
+        return ""
+    return f"{plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU"
+
 
 MIG_PROFILE = Technique(
     field="mig_profile",
@@ -18,6 +55,19 @@ MIG_PROFILE = Technique(
     columns=lambda value: {"mig_profile": value},
     decode=lambda codes: codes["mig_profile"],
     workloads=("infer",),
+    contribution=Contribution(
+        validity=mig_invalid_reasons,
+        memory=evaluate_serving,  # the instance's capacity (GpuSpec.mig_profiles memory_bytes)
+        time=evaluate_serving,  # its compute and memory slices scale the GEMM and HBM rates
+        contract=ContractField(name="mig_profile", json_type="string",
+                               description="MIG profile each replica runs on, or 'none' for whole GPUs"),
+        display=_display,
+        display_line="hardware",
+        exports={"deepspeed": Export(not_exported="MIG partitions serve replicas; a serving plan has no DeepSpeed export"),
+                 "vllm": Export(apply=_vllm, launch=True)},
+        sources=("NVIDIA Multi-Instance GPU User Guide (profiles: compute slices of 7, memory slices of 8)",
+                 "hardware/gpus/*.toml: each GPU's MIG profiles"),
+    ),
 )
 
 TECHNIQUES = (MIG_PROFILE,)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
+from vramopt.constraints.serving_layout import serving_layout_invalid_reasons, vllm_pipeline_parallel, vllm_replicas, vllm_tensor_parallel
 from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_int
 from vramopt.costs.activations import layer_bytes
 from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
@@ -156,7 +157,6 @@ def _on_off(value: Any) -> str:
 
 
 TRAINING_ONLY_VLLM = "a training plan has no vLLM export"
-SERVING_VLLM = "written by the vLLM exporter's own arguments (exporters/vllm.py: --tensor-parallel-size, --pipeline-parallel-size)"
 NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
 KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models"
 
@@ -177,7 +177,8 @@ GPU = Technique(
         contract=ContractField(name="gpu", json_type="string", description="GPU type (catalog name, `vramopt gpus`)"),
         display=lambda plan: str(plan["gpu"]),  # on the hardware line, with the count and nodes
         exports={"deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),
-                 "vllm": Export(not_exported=SERVING_VLLM)},
+                 "vllm": Export(not_exported="the GPU type is no vLLM argument; the hardware or MIG launch note names it")},
+        serving_validity=no_rules,
         sources=("hardware/gpus/*.toml: each GPU's datasheet and CUDA-runtime-reported memory",),
     ),
 )
@@ -197,8 +198,10 @@ GPUS = Technique(
         time=group_bandwidth,
         contract=ContractField(name="gpus", json_type="integer", description="GPU count = tp x cp x pp x dp"),
         display=lambda plan: f"{plan['gpus']} x {plan['gpu']}",
-        exports={"deepspeed": Export(apply=_launch_notes), "vllm": Export(not_exported=SERVING_VLLM)},
-        sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",),
+        exports={"deepspeed": Export(apply=_launch_notes), "vllm": Export(apply=vllm_replicas, launch=True)},
+        serving_validity=no_rules,  # tp x pp divides the GPU count: the layout's rule (tensor_parallel)
+        sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",
+                 "vLLM vllm/engine/arg_utils.py: data_parallel_size, tensor_parallel_size, pipeline_parallel_size"),
     ),
 )
 
@@ -219,7 +222,8 @@ TENSOR_PARALLEL = Technique(
                                description="tensor-parallel degree (Megatron-LM column/row-parallel layers)"),
         display=lambda plan: f"tp={plan['tensor_parallel']}",
         display_line="parallel",
-        exports={"deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(not_exported=SERVING_VLLM)},
+        exports={"deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(apply=vllm_tensor_parallel)},
+        serving_validity=serving_layout_invalid_reasons,
         sources=(f"Shoeybi et al. 2019, Megatron-LM, section 3; {NARAYANAN}, section 2.3 and takeaway 1",),
     ),
 )
@@ -243,7 +247,8 @@ PIPELINE_PARALLEL = Technique(
         display=lambda plan: f"pp={plan['pipeline_parallel']}",
         display_line="parallel",
         display_separator=" ",
-        exports={"deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(not_exported=SERVING_VLLM)},
+        exports={"deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(apply=vllm_pipeline_parallel)},
+        serving_validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         sources=(f"{NARAYANAN}, section 2.2.1 (1F1B: min(p, m) micro-batches in flight, bubble (p - 1) / m)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)"),
     ),

@@ -29,12 +29,11 @@ MODULES = (parallelism, context_parallel, expert_parallel, precision, batching, 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
 
-NOT_MIGRATED = ("quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding")
-"""Techniques whose parts still live in the shared modules rather than in a ``Contribution``:
-the serving fields, whose terms are one coupled function (costs/inference.evaluate_serving)
-and whose display and vLLM export are still written out in display_solve.py and
-exporters/vllm.py. tests/unit/test_technique_completeness.py fails when a technique outside
-this list lacks any part, so a new technique cannot be registered half-done."""
+NOT_MIGRATED: tuple[str, ...] = ()
+"""Techniques whose parts still live in the shared modules rather than in a ``Contribution``
+(none: the serving fields were the last). tests/unit/test_technique_completeness.py fails
+when a technique outside this list lacks any part, so a new technique cannot be registered
+half-done."""
 
 PLAN_ORDER = (
     "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
@@ -60,10 +59,31 @@ SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "sl
 """Serving is not separable (the KV cache couples slots and dtype): all its non-key choices
 form one group, the 'state' items, and the activation group is a single neutral item."""
 
+SERVING_ORDER = SERVING_KEY_FIELDS + SERVING_ITEM_FIELDS
+"""The serving techniques in the order their rules are checked, their phrases shown and
+their vLLM arguments and notes written: the keys, then the items, as the tables hold them."""
+
+SERVING_PLAN_ORDER = (
+    "gpu", "gpus", "nodes", "tensor_parallel", "pipeline_parallel", "quantization", "kv_cache_dtype", "paged_kv",
+    "context", "slots", "mig_profile", "instances_per_gpu", "replicas", "speculative_decoding",
+)
+"""The serving plan's fields in the order of the JSON contract's ``plan`` object
+(docs/schema/vramopt-serving-v1.schema.json): every serving technique, and the values the
+response adds (``SERVING_WORKLOAD_PLAN_FIELDS``)."""
+
+SERVING_WORKLOAD_PLAN_FIELDS = ("nodes", "context", "instances_per_gpu", "replicas")
+"""Values in a serving response's plan that no technique decides: the nodes, the workload's
+context, and the MIG instances per GPU and replicas the layout implies."""
+
 
 def training_techniques() -> tuple[Technique, ...]:
     """The training techniques in ``PLAN_ORDER``."""
     return tuple(BY_FIELD[name] for name in PLAN_ORDER if name not in WORKLOAD_PLAN_FIELDS)
+
+
+def serving_techniques() -> tuple[Technique, ...]:
+    """The serving techniques in ``SERVING_ORDER``."""
+    return tuple(BY_FIELD[name] for name in SERVING_ORDER)
 
 
 def technique(field: str) -> Technique:

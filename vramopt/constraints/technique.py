@@ -65,8 +65,8 @@ class Technique:
     plan and the display, not in ``TrainingPlan``."""
     contribution: Any = None
     """Its validity rules, memory and time terms, contract field, display line, exports and
-    sources (``constraints/contribution.Contribution``); None for the techniques whose parts
-    still live in the shared modules (``registry.NOT_MIGRATED``)."""
+    sources (``constraints/contribution.Contribution``); every registered technique has one
+    (``registry.NOT_MIGRATED`` is empty)."""
 
     def preference(self, value: Any, domain: Sequence) -> int:
         """Fixed tie-break order: the position in the domain's declared order."""

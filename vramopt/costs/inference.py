@@ -110,26 +110,6 @@ def _mig_table(gpu: GpuSpec, column, attribute, whole):
     return values[np.where(column >= 0, column, len(gpu.mig_profiles))]
 
 
-def serving_invalid_reasons(case: ServingCase, columns: ServingColumns) -> dict[str, np.ndarray]:
-    model, gpu = case.model, case.gpu
-    t, p = columns.tensor_parallel, columns.pipeline_parallel
-    needs = np.array([gpu.supports(name) for name in QUANTIZATION_NEEDS])[columns.quantization]
-    kv_ok = (model.kv_heads % t == 0) | (t % model.kv_heads == 0)
-    on_mig = columns.mig_profile >= 0
-    return {
-        "tensor_parallel must divide the attention heads": (model.heads % t != 0) | ~kv_ok,
-        "pipeline_parallel must divide the layers": model.layers % p != 0,
-        "tensor_parallel x pipeline_parallel must divide the GPU count": ~ParallelLayout(
-            tensor_parallel=t, pipeline_parallel=p, data_parallel=1
-        ).divides(columns.gpus),
-        "the GPU cannot run this quantization": ~needs,
-        "a MIG instance serves one replica without tensor or pipeline parallelism": on_mig & ((t > 1) | (p > 1)),
-        "the GPU has no MIG profiles": on_mig & (len(gpu.mig_profiles) == 0),
-        "slots must be at least 1": columns.slots < 1,
-        "fp8 KV cache needs fp8 support": (columns.kv_cache_dtype == 1) & (not gpu.supports("fp8")),
-    }
-
-
 def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np.ndarray]:
     model, gpu = case.model, case.gpu
     t = columns.tensor_parallel.astype(float)

@@ -22,28 +22,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vramopt.constraints import registry
+from vramopt.constraints.contribution import ExportDraft
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase
 from vramopt.errors import InputError
 from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
-from vramopt.parallel_layout import ParallelLayout
-
-QUANTIZATION_METHODS: dict[str, str | None] = {
-    "bf16": None,
-    "fp8": "fp8",
-    "int8": "gptq",
-    "int4": "awq",
-    "fp4": "modelopt_fp4",
-}
-"""vLLM's --quantization for each weight format of the plan (None: unquantized). int8 and
-int4 are weight-only with group scales in the cost model (GPTQ/AWQ layout); fp4 is NVFP4."""
-
-KV_CACHE_DTYPE_NAMES = {"bf16": "auto", "fp8": "fp8"}
-"""vLLM's --kv-cache-dtype: 'auto' stores the KV cache in the model dtype (bfloat16)."""
 
 MODEL_DTYPE = "bfloat16"
 """Activations and unquantized weights: the cost model prices serving at 16 bits."""
 
-DRAFT_MODEL_PLACEHOLDER = "<draft-model>"
+ARGUMENT_ORDER = (
+    "model", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+    "max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype", "quantization", "block_size", "enable_chunked_prefill",
+    "max_num_batched_tokens", "speculative_config",
+)
+"""The order the arguments are written in (the YAML and the command line read: model and
+parallelism, context and batch, memory, KV cache and weights, scheduling, speculative
+decoding); an argument a technique adds that is not listed here follows them, in the order
+the techniques wrote it."""
 
 
 def _assumption(name: str) -> Any:
@@ -125,44 +121,28 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
     content: dict[str, Any] = {
         "model": name,
         "dtype": MODEL_DTYPE,
-        "tensor_parallel_size": tensor_parallel,
-        "pipeline_parallel_size": pipeline_parallel,
+        "max_model_len": context,
+        # vLLM may use this share of the GPU's memory; the rest is the plan's headroom.
+        "gpu_memory_utilization": 1.0 - float(headroom),
+        "enable_chunked_prefill": True,
+        "max_num_batched_tokens": _assumption("prefill_chunk_tokens"),
     }
     notes.append(
         f"model '{name}' is vramopt's catalog name: replace it with the Hugging Face repo id or local path of the checkpoint"
     )
-    if replicas > 1 and not on_mig:
-        content["data_parallel_size"] = replicas
-    content.update(
-        max_model_len=context,
-        max_num_seqs=slots,
-        # vLLM may use this share of the GPU's memory; the rest is the plan's headroom.
-        gpu_memory_utilization=1.0 - float(headroom),
-        kv_cache_dtype=KV_CACHE_DTYPE_NAMES[kv_cache_dtype],
-    )
-    method = QUANTIZATION_METHODS[quantization]
-    if method is not None:
-        content["quantization"] = method
-        notes.append(_quantization_note(quantization))
-    if paged_kv:
-        content["block_size"] = _assumption("kv_block_tokens")
-    else:
-        notes.append(
-            "paged_kv false (a contiguous KV reservation of the full context per slot) is not expressible: "
-            "vLLM always pages the KV cache (PagedAttention), which never needs more than that reservation"
-        )
-    content["enable_chunked_prefill"] = True
-    content["max_num_batched_tokens"] = _assumption("prefill_chunk_tokens")
-    if speculative:
-        content["speculative_config"] = {
-            "model": DRAFT_MODEL_PLACEHOLDER,
-            "num_speculative_tokens": _assumption("speculative_tokens"),
-        }
-        notes.append(
-            f"speculative decoding: replace '{DRAFT_MODEL_PLACEHOLDER}' in speculative_config with a draft model that "
-            f"shares the target's tokenizer; the plan budgets a draft of about {_assumption('draft_params_fraction'):.0%} "
-            "of the target's parameters (a 1B-class draft for a 70B target)"
-        )
+    checked = {
+        **plan, "gpus": gpus, "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel, "context": context,
+        "slots": slots, "replicas": replicas, "instances_per_gpu": instances_per_gpu, "quantization": quantization,
+        "kv_cache_dtype": kv_cache_dtype, "paged_kv": paged_kv, "speculative_decoding": speculative, "mig_profile": mig_profile,
+    }
+    # Each technique writes its own arguments and notes (its Contribution's vLLM export), in
+    # registry.SERVING_ORDER; the notes on how the engines are launched come last.
+    draft = ExportDraft(plan=checked, model=model, content=content, setting=_assumption)
+    launch_notes: list[str] = []
+    for technique in registry.serving_techniques():
+        export = technique.contribution.exports["vllm"]
+        if export.apply is not None:
+            (launch_notes if export.launch else notes).extend(export.apply(draft))
     capacity = memory.get("capacity_bytes")
     of_what = "the MIG instance's memory" if on_mig else "the GPU's memory"
     counted = ""
@@ -173,59 +153,10 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         f"share of {of_what} (as CUDA reports it{counted}) and gives the KV cache all that the weights and activations "
         "leave, more than the plan's KV cache; max_num_seqs still caps the concurrent sequences"
     )
-    notes.extend(_deployment_notes(plan, gpus, tensor_parallel, pipeline_parallel, replicas, instances_per_gpu, mig_profile))
-    return VllmExport(content=content, notes=tuple(notes))
+    notes.extend(launch_notes)
+    return VllmExport(content=_in_argument_order(content), notes=tuple(notes))
 
 
-def _quantization_note(quantization: str) -> str:
-    if quantization == "fp8":
-        return (
-            "quantization fp8: vLLM quantizes a bf16 checkpoint to FP8 when loading it (dynamic scales) or loads an FP8 "
-            "checkpoint, whose own quantization_config then decides the method"
-        )
-    if quantization == "int4":
-        return (
-            "quantization int4 -> 'awq': the checkpoint must be AWQ-quantized (4-bit weights, group scales); for a GPTQ "
-            "checkpoint use 'gptq' (vLLM picks its Marlin kernels where the GPU has them)"
-        )
-    if quantization == "int8":
-        return (
-            "quantization int8 (weight-only, group scales) -> 'gptq': the checkpoint must be GPTQ-quantized to 8 bits; "
-            "a W8A8 int8 checkpoint loads with 'compressed-tensors' and computes in int8, which the plan does not assume, "
-            "and 'bitsandbytes' quantizes a bf16 checkpoint at load time but runs slower"
-        )
-    return (
-        "quantization fp4 (NVFP4) -> 'modelopt_fp4': the checkpoint must be quantized to NVFP4 with NVIDIA TensorRT "
-        "Model Optimizer, and the GPU needs FP4 tensor cores"
-    )
-
-
-def _deployment_notes(
-    plan: Mapping[str, Any], gpus: int, tensor_parallel: int, pipeline_parallel: int, replicas: int,
-    instances_per_gpu: int, mig_profile: str,
-) -> list[str]:
-    notes: list[str] = []
-    nodes = plan.get("nodes")
-    multi_node = isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1
-    if mig_profile != "none":
-        notes.append(
-            f"MIG {mig_profile}: {replicas} instances ({instances_per_gpu} per GPU on {gpus} x {plan['gpu']}), each its own "
-            "`vllm serve` with these arguments pinned with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists the UUIDs), "
-            "behind a load balancer"
-        )
-        return notes
-    shards = ParallelLayout(tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=1).replica_gpus
-    if replicas > 1:
-        notes.append(
-            f"replicas {replicas}: data_parallel_size {replicas} runs {replicas} engines of {shards} GPU{'s' if shards > 1 else ''} "
-            "each (vLLM releases with data parallelism; across nodes add --data-parallel-size-local and "
-            "--data-parallel-address); otherwise run one `vllm serve` per replica on disjoint CUDA_VISIBLE_DEVICES behind a load balancer"
-        )
-    if multi_node and shards > gpus // nodes:
-        notes.append(
-            f"one replica spans nodes ({shards} GPUs, {gpus // nodes} per node): vLLM runs multi-node tensor/pipeline "
-            "parallelism on a Ray cluster (--distributed-executor-backend ray)"
-        )
-    placement = f" on {nodes} node{'s' if nodes > 1 else ''}" if isinstance(nodes, int) and not isinstance(nodes, bool) else ""
-    notes.append(f"hardware: {gpus} x {plan['gpu']}{placement}; the GPU type and count are not vLLM arguments")
-    return notes
+def _in_argument_order(content: dict[str, Any]) -> dict[str, Any]:
+    position = {name: index for index, name in enumerate(ARGUMENT_ORDER)}
+    return dict(sorted(content.items(), key=lambda item: position.get(item[0], len(ARGUMENT_ORDER))))

@@ -27,6 +27,7 @@ import numpy as np
 
 from vramopt.errors import InputError, UnknownNameError
 from vramopt.hardware import load_gpu
+from vramopt.optimizer.ticks import UNREACHABLE, bound_in_ticks
 
 COST_OBJECTIVES = ("cost", "cost-per-token")
 
@@ -138,8 +139,6 @@ def with_cost_objective(problem):
     units = price_units(prices, _coefficient_sum(problem))
     bound = problem.bound_ticks
     if space.deadline_days is not None:
-        from vramopt.optimizer.tables import bound_in_ticks
-
         bound = bound_in_ticks(deadline_step_s(problem.workload, space), problem.tick_s)
     return replace(problem, gpu_price_units=units, bound_ticks=bound)
 
@@ -194,8 +193,6 @@ def primary_bounds(problem, lower_ticks, upper_ticks, feasible):
         upper_ok = upper_ticks <= problem.bound_ticks
     else:
         upper_ok = np.ones_like(feasible)
-    from vramopt.optimizer.prune import UNREACHABLE
-
     # A reachable plan's money is at most the integer prices' headroom (price_units keeps
     # the coefficient sum x steps below 2^59), so only the UNREACHABLE sentinels could
     # overflow: they are kept out of the products.
@@ -204,33 +201,6 @@ def primary_bounds(problem, lower_ticks, upper_ticks, feasible):
     upper_reachable = feasible & upper_ok & (upper_ticks < UNREACHABLE)
     upper = np.where(upper_reachable, units * np.where(upper_reachable, upper_ticks, 0), UNREACHABLE)
     return feasible, lower, upper
-
-
-def deadline_reason(problem, try_build) -> tuple[str, float] | None:
-    """Why a cost request with a deadline has no plan, when the deadline is the reason: the
-    fastest plan of the same space (no deadline) and its days. None when no plan fits even
-    without the deadline (memory is then the reason). ``try_build(workload, space)`` is the
-    explainer's problem builder (None when the space is empty)."""
-    space, workload = problem.space, problem.workload
-    if space.objective != "cost" or space.deadline_days is None:
-        return None
-    fastest_problem = try_build(workload, replace(space, objective="throughput", deadline_days=None))
-    if fastest_problem is None:
-        return None
-    from vramopt.optimizer.oracle import best_in_keys_by_bound
-    from vramopt.optimizer.prune import lower_bounds
-
-    best = best_in_keys_by_bound(fastest_problem, np.arange(fastest_problem.key_count), lower_bounds(fastest_problem))
-    if best is None:
-        return None
-    step_s = (fastest_problem.state.time_s[best.key, best.state_item]
-              + fastest_problem.activation.time_s[best.key, best.activation_item])
-    days = space.total_tokens * float(step_s) / tokens_per_step(workload) / SECONDS_PER_DAY
-    gpus = int(fastest_problem.keys["gpus"][best.key])
-    gpu = fastest_problem.gpu_of(best.key).name
-    reason = (f"no plan ends {space.total_tokens:,} tokens within the {space.deadline_days:g}-day deadline: the fastest plan "
-              f"within {space.max_gpus} GPUs ({gpus}x {gpu}) takes {days:,.1f} days")
-    return reason, days
 
 
 def other_gpu_types(problem, chosen, lower, best_in_keys_by_bound) -> list[tuple[str, object]]:
@@ -248,16 +218,3 @@ def other_gpu_types(problem, chosen, lower, best_in_keys_by_bound) -> list[tuple
         if choice is not None:
             found.append(("gpu", choice))
     return found
-
-
-def smallest_count_meeting_deadline(problem) -> int | None:
-    """The fewest GPUs with a plan that fits and meets the deadline (exact: the plans'
-    feasibility, deadline bound included, checked count by count)."""
-    from vramopt.optimizer.oracle import KEYS_PER_CHUNK, feasible_mask
-
-    for count in np.unique(problem.keys["gpus"]):
-        keys = np.flatnonzero(problem.keys["gpus"] == count)
-        for start in range(0, keys.size, KEYS_PER_CHUNK):
-            if feasible_mask(problem, keys[start : start + KEYS_PER_CHUNK]).any():
-                return int(count)
-    return None

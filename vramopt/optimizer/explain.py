@@ -20,7 +20,7 @@ from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, build_problem
-from vramopt.optimizer.cost_objective import deadline_reason, smallest_count_meeting_deadline
+from vramopt.optimizer.deadline import deadline_reason, smallest_count_meeting_deadline
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
 from vramopt.types import PRECISIONS, SearchSpace

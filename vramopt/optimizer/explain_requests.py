@@ -16,7 +16,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from vramopt.costs.inference import KV_CACHE_DTYPES, ServingColumns, evaluate_serving, serving_invalid_reasons
+from vramopt.constraints.validity import serving_invalid_reasons
+from vramopt.costs.inference import KV_CACHE_DTYPES, ServingColumns, evaluate_serving
 from vramopt.estimate import serving_case
 from vramopt.optimizer.domains import parsed_user_choices
 from vramopt.optimizer.tables import gpu_types

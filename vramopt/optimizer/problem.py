@@ -34,6 +34,7 @@ from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
+from vramopt.optimizer.reductions import ServingReduction, TrainingReduction, reduction_for
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
 from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names callers import from here)
     KEY_COLUMNS,
@@ -65,15 +66,11 @@ def neutral_codes(fields: tuple[str, ...]) -> dict[str, int]:
 
 
 def build_problem(workload, space: SearchSpace) -> Problem:
-    """The problem of a training or a serving workload (``ServingWorkload``): one of the two
-    reductions, ``build_training_problem`` or ``serving_problem.build_serving_problem``."""
+    """The problem of a training or a serving workload: the tables of the reduction in
+    ``REDUCTIONS`` that accepts it (``optimizer/reductions.py``), with the money objective's
+    integer prices."""
     check_workload_fields(workload.kind, space)
-    if not isinstance(workload, TrainingWorkload) and getattr(space, "framework", "generic") != "generic":
-        raise InputError(f"--framework {space.framework} applies to training workloads; serving plans export to vLLM (--export vllm)")
-    if not isinstance(workload, TrainingWorkload):
-        _raise_on_empty_serving_domain(workload, space)
-        return with_cost_objective(build_serving_problem(workload, space))
-    return with_cost_objective(build_training_problem(workload, space))
+    return with_cost_objective(reduction_for(REDUCTIONS, workload).apply(workload, space))
 
 
 def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
@@ -136,6 +133,14 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
         budget_mib=budget_mib, capacity_bytes=capacity, state=state, activation=activation, tick_s=tick_s,
         bound_ticks=bound, choices=choices,
     )
+
+
+def _serving_problem(workload, space: SearchSpace) -> Problem:
+    """The serving reduction's tables, after its request checks."""
+    if getattr(space, "framework", "generic") != "generic":
+        raise InputError(f"--framework {space.framework} applies to training workloads; serving plans export to vLLM (--export vllm)")
+    _raise_on_empty_serving_domain(workload, space)
+    return build_serving_problem(workload, space)
 
 
 def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
@@ -349,3 +354,8 @@ def _no_layout_message(model, workload, space, choices) -> str:
         + (f", and cp split seq_len {workload.seq_len} into 2 x cp chunks of whole 128-token tiles"
            if "context_parallel" in choices["pin"] or "context_parallel" in choices["allow"] else "")
     )
+
+
+REDUCTIONS = (TrainingReduction(build=build_training_problem), ServingReduction(build=_serving_problem))
+"""The reductions ``build_problem`` and ``decode.decode_choice`` dispatch through, in the
+order they are asked whether they accept a request."""

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vramopt.optimizer import cost_objective
-from vramopt.optimizer.problem import ItemTable
-
-UNREACHABLE = np.iinfo(np.int64).max // 4
+from vramopt.optimizer.tables import ItemTable
+from vramopt.optimizer.ticks import UNREACHABLE
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,13 @@ import itertools
 
 import numpy as np
 
+from vramopt.constraints import registry
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import gpu_counts
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.request_serving import request_targets_met
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met, serving_invalid_reasons
+from vramopt.constraints.validity import serving_invalid_reasons
+from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met
 from vramopt.errors import InputError
 from vramopt.estimate import check_serving_workload, mig_profile_code, serving_case
 
@@ -213,7 +215,8 @@ def _rows(gpu_index: int, count_array: np.ndarray, layouts: list[tuple], largest
     return [row for _, row in ordered]
 
 
-STATE_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
+STATE_FIELDS = registry.SERVING_ITEM_FIELDS
+"""The serving items' fields, in the registry's order (the items' tie-break order)."""
 
 FORMAT_NEEDS = {"fp8": "fp8", "fp4": "fp4"}
 """Weight formats that need the GPU's tensor cores for them (int8/int4 dequantize to bf16)."""

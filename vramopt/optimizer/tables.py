@@ -5,7 +5,8 @@ types searched.
 Training (``optimizer/problem.py``) and serving (``optimizer/serving_problem.py``) are two
 reductions of a request to one ``Problem`` through the same interface,
 ``build_<kind>_problem(workload, space) -> Problem``; both import this module and neither
-imports the other (``problem.build_problem`` dispatches to the serving one).
+imports the other (``problem.build_problem`` dispatches through ``problem.REDUCTIONS``,
+``optimizer/reductions.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from vramopt.costs.inference import QUANTIZATIONS
 from vramopt.errors import InputError
 from vramopt.estimate import check_headroom
 from vramopt.hardware import load_gpu
+from vramopt.optimizer.ticks import MAX_BOUND_TICKS, bound_in_ticks  # noqa: F401 (re-exported: callers import them from here)
 from vramopt.types import MAX_COUNT, OBJECTIVES, PRECISIONS, GpuSpec, ModelSpec, SearchSpace, TrainingWorkload
 
 TICKS_PER_BEST_STEP = 1_000_000
@@ -42,15 +44,6 @@ def check_table_size(keys: int, items: int, what: str) -> None:
 MAX_WORKERS = 64
 """Most CP-SAT worker threads a request may ask for (the CLI's --workers range)."""
 
-MAX_BOUND_TICKS = 2**62
-"""min-gpus: a step-time bound above this many ticks constrains nothing (a tiny
---min-tokens-per-s); it is capped here so that it stays an int64 for CP-SAT."""
-
-
-def bound_in_ticks(bound_s: float, tick_s: float) -> int:
-    """The min-gpus step-time bound in whole ticks (rounded down: never looser than asked)."""
-    ticks = bound_s / tick_s
-    return MAX_BOUND_TICKS if not math.isfinite(ticks) or ticks >= MAX_BOUND_TICKS else int(math.floor(ticks))
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
