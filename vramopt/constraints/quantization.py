@@ -18,7 +18,9 @@ QUANTIZATION = Technique(
     group="key",
     description="serving weight format (bytes per weight; fp8/fp4 also set the compute precision)",
     parse=parse_choice("quantization", QUANTIZATIONS),
-    default_values=lambda context: ("bf16",) + (("fp8",) if "fp8" in context.supported_precisions else ()),
+    # A quantized checkpoint is served in its own format (vLLM loads it as stored).
+    default_values=lambda context: (context.checkpoint_format,) if context.checkpoint_format else
+    ("bf16",) + (("fp8",) if "fp8" in context.supported_precisions else ()),
     columns=lambda value: {"quantization": value},
     decode=lambda codes: codes["quantization"],
     workloads=("infer",),

@@ -141,9 +141,16 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         kv_cache_dtype=KV_CACHE_DTYPE_NAMES[kv_cache_dtype],
     )
     method = QUANTIZATION_METHODS[quantization]
+    stored = model.get("checkpoint_quantization")
+    if isinstance(stored, dict) and stored.get("weight_format") == quantization:
+        # A quantized checkpoint (its config.json's quantization_config) names its own method.
+        method = str(stored["vllm_quantization"])
+        notes.append(f"quantization '{method}': the checkpoint's quantization_config ({stored['method']}, "
+                     f"{stored['weight_bits']}-bit weights)")
+    elif method is not None:
+        notes.append(_quantization_note(quantization))
     if method is not None:
         content["quantization"] = method
-        notes.append(_quantization_note(quantization))
     if paged_kv:
         content["block_size"] = _assumption("kv_block_tokens")
     else:
