@@ -316,11 +316,12 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--objective", "pack_objective", type=click.Choice(("throughput", "cost")), default="throughput", show_default=True,
               help="throughput: the most weighted normalized throughput; cost (needs prices): admit the most job weight "
                    "at the least money per hour.")
+@framework_option
 @hardware_option
 @price_options
 @format_option()
 def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int,
-         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None) -> None:
+         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None, framework: str | None = None) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
     from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
@@ -331,7 +332,7 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     if pack_objective == "cost" and usd_per_gpu_hour is None:
         raise click.UsageError("--objective cost needs prices: give --prices FILE or --price GPU=USD")
     response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour,
-                          objective=pack_objective)
+                          objective=pack_objective, framework=framework or DEFAULT_FRAMEWORK)
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
