@@ -132,9 +132,12 @@ class TrainingEstimate(EvaluatedPlan):
         }
 
     def to_dict(self) -> dict[str, Any]:
+        framework = getattr(self.case, "framework", "generic")
         return {
             "schema": SCHEMA,
             "workload": self.workload.kind,
+            # Only under a target framework (its rules and memory accounting applied).
+            **({"framework": framework} if framework != "generic" else {}),
             "model": model_summary(self.model),
             "plan": self.plan_dict(),
             "lora": self.lora_dict(),
