@@ -87,7 +87,8 @@ from vramopt.cli_options import (  # noqa: F401 - re-exported
     space_options,
     workload_options,
 )
-from vramopt.models import all_models
+from vramopt.models import all_models, load_model
+from vramopt.models.checkpoint_quantization import checkpoint_format
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
 from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_document
 from vramopt.input_files import display_path, parse_json, read_bounded
@@ -130,6 +131,8 @@ def estimate(output_format: str, framework: str | None, **options: Any) -> None:
     if isinstance(workload, ServingWorkload):
         if framework not in (None, DEFAULT_FRAMEWORK):
             raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM")
+        if not given("quantization"):  # a quantized checkpoint is served in its own format
+            options["quantization"] = checkpoint_format(load_model(workload.model)) or options["quantization"]
         result = estimate_serving(workload, build_plan(options)).to_dict()
         add_time_and_cost(result)
         emit(result, output_format, with_cost_lines(render_serving))

@@ -95,3 +95,14 @@ def test_pinning_another_format_than_the_checkpoints_is_refused():
     message = result.stderr.strip()
     assert message.startswith("error: ") and "\n" not in message
     assert "awq 4-bit weights" in message and "quantization=int4" in message
+
+
+def test_estimate_serves_a_quantized_checkpoint_in_its_format_and_refuses_another():
+    args = ["estimate", "--workload", "infer", "--model", str(FIXTURES / "llama-2-7b-gptq"), "--gpu", "h100",
+            "--gpus", "1", "--context", "4096", "--format", "json"]
+    result = invoke(args)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["plan"]["quantization"] == "int4"
+    refused = invoke([*args, "--quantization", "fp8"])
+    assert refused.exit_code == 2
+    assert "gptq 4-bit weights" in refused.stderr and "\n" not in refused.stderr.strip()

@@ -6,7 +6,7 @@ status 2) naming what vramopt does not model.
 (transformers 5.24.0, torch 2.13.0) for each fixture, recorded by running
 ``tests/unit/test_huggingface_transformers_counts.py`` (which recomputes it live wherever
 transformers is installed); the fixtures and their model repositories are listed in
-``tests/fixtures/hf_configs/SOURCES.md``.
+``tests/fixtures/hf_configs_sources.md``.
 """
 
 from __future__ import annotations

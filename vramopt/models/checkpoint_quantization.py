@@ -163,3 +163,13 @@ def check_checkpoint_format(model: Any, choices: Any) -> None:
                 f"{quantization.method} {quantization.weight_bits}-bit weights (its quantization_config), which "
                 f"serve as quantization={quantization.weight_format} only"
             )
+
+
+def check_plan_format(model: Any, quantization: str) -> None:
+    """A serving plan of a quantized checkpoint must use the checkpoint's weight format."""
+    stored = getattr(model, "checkpoint_quantization", None)
+    if stored is not None and quantization != stored.weight_format:
+        raise InputError(
+            f"quantization {quantization}: the checkpoint of {model.name} stores {stored.method} {stored.weight_bits}-bit "
+            f"weights (its quantization_config), which serve as quantization={stored.weight_format} only"
+        )
