@@ -106,3 +106,14 @@ def test_estimate_serves_a_quantized_checkpoint_in_its_format_and_refuses_anothe
     refused = invoke([*args, "--quantization", "fp8"])
     assert refused.exit_code == 2
     assert "gptq 4-bit weights" in refused.stderr and "\n" not in refused.stderr.strip()
+
+
+def test_a_checkpoint_format_no_searched_gpu_runs_is_refused_naming_what_is_missing():
+    args = ["solve", "--workload", "infer", "--model", str(FIXTURES / "gpt-oss-20b"), "--max-gpus", "8", "--context", "4096"]
+    refused = invoke([*args, "--gpu", "h100"])
+    assert refused.exit_code == 2
+    message = refused.stderr.strip()
+    assert "mxfp4 4-bit weights" in message and "fp4 tensor cores" in message and "\n" not in message
+    solved = invoke([*args, "--gpu", "b200", "--format", "json"])
+    assert solved.exit_code == 0, solved.stderr
+    assert json.loads(solved.stdout)["plan"]["quantization"] == "fp4"

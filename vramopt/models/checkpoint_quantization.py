@@ -150,11 +150,23 @@ def checkpoint_format(model: Any) -> str:
     return quantization.weight_format if quantization is not None else ""
 
 
-def check_checkpoint_format(model: Any, choices: Any) -> None:
-    """A quantized checkpoint is served as stored: a pin or allow of another format is refused."""
+def check_checkpoint_format(model: Any, choices: Any, gpus: Any = ()) -> None:
+    """A quantized checkpoint is served as stored: a pin or allow of another format is refused,
+    and so is a search on GPUs none of which runs the format (fp8 / fp4 tensor cores)."""
+    from vramopt.costs.inference import QUANTIZATION_NEEDS, QUANTIZATIONS
+
     quantization = getattr(model, "checkpoint_quantization", None)
     if quantization is None:
         return
+    needs = QUANTIZATION_NEEDS[QUANTIZATIONS.index(quantization.weight_format)]
+    if gpus and not any(gpu.supports(needs) for gpu in gpus):
+        names = ", ".join(gpu.name for gpu in gpus)
+        raise InputError(
+            f"the checkpoint of {model.name} stores {quantization.method} {quantization.weight_bits}-bit weights (its "
+            f"quantization_config), served as quantization={quantization.weight_format}, which needs {needs} tensor cores; "
+            f"{names} {'has' if len(gpus) == 1 else 'have'} none (a weight-only {quantization.method} kernel on other GPUs "
+            "is not modelled)"
+        )
     for kind in ("pin", "allow"):
         other = [name for name in choices[kind].get("quantization", ()) if name != quantization.weight_format]
         if other:

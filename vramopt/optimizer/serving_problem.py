@@ -56,7 +56,7 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
         for gpu in gpus
     ]
     _check_named_values(gpus, choices)
-    check_checkpoint_format(model, choices)
+    check_checkpoint_format(model, choices, gpus)
     item_values = _items(gpus, contexts, choices)
     # Max tokens/s keeps only each layout's largest GPU count (_dominant_counts): never
     # enumerate the others, so a million-GPU space costs milliseconds, not minutes.
