@@ -277,6 +277,9 @@ class PackRequest:
     objective: str = "throughput"
     """'throughput' (weighted normalized throughput) or 'cost' (needs usd_per_gpu_hour: the
     most job weight admitted at the least money per hour)."""
+    framework: str = "generic"
+    """The framework whose rules and memory accounting every training job's plans keep
+    (docs/frameworks.md); serving jobs keep vLLM's."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "PackRequest":
@@ -284,7 +287,7 @@ class PackRequest:
             raise _fail("workload", "is not a field of a pack request (each job names its own workload)")
         data = _check_schema({**data, "workload": None} if isinstance(data, dict) else data,
                              ("schema", "workload", "cluster", "jobs", "running", "time_limit_s", "workers", "hardware",
-                              "usd_per_gpu_hour", "objective"))
+                              "usd_per_gpu_hour", "objective", "framework"))
         for key in ("cluster", "jobs"):
             if key not in data:
                 raise _fail(key, "is missing")
@@ -303,15 +306,19 @@ class PackRequest:
         objective = data.get("objective", "throughput")
         if objective not in ("throughput", "cost"):
             raise _fail("objective", f"'{objective}' is not throughput or cost")
+        framework = data.get("framework", "generic")
+        if not isinstance(framework, str):
+            raise _fail("framework", f"must be a string, got {show_value(framework)}")
         return cls(data["cluster"], tuple(data["jobs"]), tuple(data.get("running", [])), time_limit, workers,
-                   _hardware_field(data), prices, objective)
+                   _hardware_field(data), prices, objective, framework)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "cluster": copy.deepcopy(dict(self.cluster)), "jobs": [dict(job) for job in self.jobs],
                 "running": [dict(item) for item in self.running], "time_limit_s": self.time_limit_s, "workers": self.workers,
                 **_hardware_dict(self.hardware),
                 **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}),
-                **({} if self.objective == "throughput" else {"objective": self.objective})}
+                **({} if self.objective == "throughput" else {"objective": self.objective}),
+                **({} if self.framework == "generic" else {"framework": self.framework})}
 
 
 class PackResponse(Response):
@@ -344,4 +351,5 @@ def pack(request: PackRequest | Mapping[str, Any] | str) -> PackResponse:
         jobs = parse_jobs(list(request.jobs))
         running = parse_running(list(request.running), nodes) if request.running else ()
         return PackResponse(solve_pack(jobs, nodes, running, time_limit_s=request.time_limit_s, workers=request.workers,
-                                       usd_per_gpu_hour=request.usd_per_gpu_hour, objective=request.objective))
+                                       usd_per_gpu_hour=request.usd_per_gpu_hour, objective=request.objective,
+                                       framework=request.framework))

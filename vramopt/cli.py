@@ -87,7 +87,8 @@ from vramopt.cli_options import (  # noqa: F401 - re-exported
     space_options,
     workload_options,
 )
-from vramopt.models import all_models
+from vramopt.models import all_models, load_model
+from vramopt.models.checkpoint_quantization import checkpoint_format
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
 from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_document
 from vramopt.input_files import display_path, parse_json, read_bounded
@@ -130,6 +131,8 @@ def estimate(output_format: str, framework: str | None, **options: Any) -> None:
     if isinstance(workload, ServingWorkload):
         if framework not in (None, DEFAULT_FRAMEWORK):
             raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM")
+        if not given("quantization"):  # a quantized checkpoint is served in its own format
+            options["quantization"] = checkpoint_format(load_model(workload.model)) or options["quantization"]
         result = estimate_serving(workload, build_plan(options)).to_dict()
         add_time_and_cost(result)
         emit(result, output_format, with_cost_lines(render_serving))
@@ -316,11 +319,12 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
 @click.option("--objective", "pack_objective", type=click.Choice(("throughput", "cost")), default="throughput", show_default=True,
               help="throughput: the most weighted normalized throughput; cost (needs prices): admit the most job weight "
                    "at the least money per hour.")
+@framework_option
 @hardware_option
 @price_options
 @format_option()
 def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: str | None, time_limit_s: float, workers: int,
-         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None) -> None:
+         pack_objective: str = "throughput", usd_per_gpu_hour: dict | None = None, framework: str | None = None) -> None:
     """Admit and place a queue of jobs on a shared cluster: one plan and one placement per
     admitted job, maximizing the weighted normalized throughput, every GPU in its headroom."""
     from vramopt.optimizer.pack import solve_pack  # OR-Tools is imported only by the commands that solve
@@ -331,7 +335,7 @@ def pack(output_format: str, cluster_path: str, jobs_path: str, running_path: st
     if pack_objective == "cost" and usd_per_gpu_hour is None:
         raise click.UsageError("--objective cost needs prices: give --prices FILE or --price GPU=USD")
     response = solve_pack(jobs, nodes, running, time_limit_s=time_limit_s, workers=workers, usd_per_gpu_hour=usd_per_gpu_hour,
-                          objective=pack_objective)
+                          objective=pack_objective, framework=framework or DEFAULT_FRAMEWORK)
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":

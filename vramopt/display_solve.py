@@ -258,6 +258,8 @@ def render_pack(response: Mapping[str, Any]) -> str:
            if summary.get("mig_instances_used", 0) + summary.get("mig_instances_left", 0) else "")
         + f"weighted normalized throughput {summary['weighted_normalized_throughput']:.3f}",
         f"solver    cp-sat: {solver['status']}{gap} in {solver['wall_time_s'] * 1000:,.0f} ms",
+        *([f"framework training plans under --framework {summary['framework']} (its rules and memory accounting)"]
+          if "framework" in summary else []),
     ])
 
 

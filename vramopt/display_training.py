@@ -22,6 +22,7 @@ def render_plan(result: Mapping[str, Any]) -> str:
         + (f" ({model['params_active'] / 1e9:.1f}B active)" if model["params_active"] != model["params_total"] else "")
         + f", {model['layers']} layers, {model['heads']} heads",
         f"hardware  {plan['gpus']} x {plan['gpu']} ({plan['nodes']} {node_word})",
+        *([framework_line(result["framework"])] if result.get("framework") else []),
         *([f"workload  {result['workload']}" + (f": rank {result['lora']['rank']} adapters on {','.join(result['lora']['targets'])}, "
                                                  f"{result['lora']['adapter_params'] / 1e6:,.1f}M trainable parameters, frozen base "
                                                  f"{result['lora']['frozen_bytes_per_param']:.2f} bytes/parameter" if result.get('lora') else "")]
@@ -33,6 +34,13 @@ def render_plan(result: Mapping[str, Any]) -> str:
         f"(micro-batch {plan['micro_batch']} x {plan['grad_accumulation']} accumulation x dp {plan['data_parallel']})",
     ]
     return "\n".join(lines)
+
+
+def framework_line(name: str) -> str:
+    from vramopt.frameworks import load_framework
+
+    framework = load_framework(name)
+    return f"framework {framework.display_name} {framework.version}: its rules and memory accounting (docs/frameworks.md)"
 
 
 def technique_line(plan: Mapping[str, Any], line: str, serving: bool = False) -> str:

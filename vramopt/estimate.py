@@ -18,6 +18,7 @@ from vramopt.errors import InputError
 from vramopt.input_files import check_fields
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
+from vramopt.models.checkpoint_quantization import check_plan_format
 from vramopt.plan import check_plan, nodes_used
 from vramopt.results import ServingEstimate, TrainingEstimate
 from vramopt.types import MAX_COUNT, TRAINING_KINDS, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
@@ -147,6 +148,7 @@ def serving_columns(case: ServingCase, plans) -> ServingColumns:
 def estimate_serving(workload: ServingWorkload, plan: ServingPlan) -> ServingEstimate:
     check_fields(workload, plan)  # integers too large to print or to convert to float
     case = serving_case(workload, plan.gpu)
+    check_plan_format(case.model, plan.quantization)
     plan = replace(plan, gpu=case.gpu.name)
     columns = serving_columns(case, [plan])
     for reason, mask in serving_invalid_reasons(case, columns).items():

@@ -20,7 +20,7 @@ SCHEMA = "vramopt/v1"
 
 
 def model_summary(model: ModelSpec) -> dict[str, Any]:
-    return {
+    summary = {
         "name": model.name,
         "params_total": int(model.params_total),
         "params_active": int(model.params_active),
@@ -30,6 +30,9 @@ def model_summary(model: ModelSpec) -> dict[str, Any]:
         "kv_heads": model.kv_heads,
         "vocab_size": model.vocab_size,
     }
+    if model.checkpoint_quantization is not None:
+        summary["checkpoint_quantization"] = asdict(model.checkpoint_quantization)
+    return summary
 
 
 class EvaluatedPlan:
@@ -129,9 +132,12 @@ class TrainingEstimate(EvaluatedPlan):
         }
 
     def to_dict(self) -> dict[str, Any]:
+        framework = getattr(self.case, "framework", "generic")
         return {
             "schema": SCHEMA,
             "workload": self.workload.kind,
+            # Only under a target framework (its rules and memory accounting applied).
+            **({"framework": framework} if framework != "generic" else {}),
             "model": model_summary(self.model),
             "plan": self.plan_dict(),
             "lora": self.lora_dict(),

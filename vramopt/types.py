@@ -149,6 +149,21 @@ class ParameterCount:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointQuantization:
+    """How a checkpoint's weights are stored (its config.json ``quantization_config``)."""
+
+    method: str
+    """``quant_method`` as the checkpoint names it: 'awq', 'gptq', 'fp8', 'mxfp4', ..."""
+    weight_bits: int
+    weight_format: str
+    """The serving weight format it corresponds to (``costs.inference.QUANTIZATIONS``)."""
+    group_size: int | None
+    """Weights sharing one scale (None: per channel or per tensor)."""
+    vllm_quantization: str
+    """vLLM's ``--quantization`` value for this checkpoint."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """One neural network of the model catalog or imported from a config.json."""
 
@@ -182,6 +197,8 @@ class ModelSpec:
     """'architecture' (where the dimensions come from), 'params_total', and any
     assumption, keyed by what it covers."""
     notes: str = ""
+    checkpoint_quantization: CheckpointQuantization | None = None
+    """A quantized checkpoint's weight format (imported config.json); None: 16-bit weights."""
 
     @property
     def params_total(self) -> int:

@@ -128,7 +128,7 @@ def without(config: dict, key: str) -> dict:
         ({**without(LLAMA, "head_dim"), "num_attention_heads": 48}, "num_attention_heads"),
         ({**GPT2, "n_head": 7}, "n_head"),
         (without(GPT2, "n_positions"), "n_positions"),
-        ({**OPT, "word_embed_proj_dim": 512}, "word_embed_proj_dim"),
+        ({**OPT, "layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine"),
         ({**MIXTRAL, "num_experts_per_tok": 9}, "num_experts_per_tok"),
         (without(MIXTRAL, "num_local_experts"), "num_local_experts"),
     ],

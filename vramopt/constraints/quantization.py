@@ -65,6 +65,13 @@ def _quantization_note(quantization: str) -> str:
 def _vllm(draft: ExportDraft) -> list[str]:
     quantization = draft.plan["quantization"]
     method = QUANTIZATION_METHODS[quantization]
+    stored = draft.model.get("checkpoint_quantization")
+    if isinstance(stored, dict) and stored.get("weight_format") == quantization:
+        # A quantized checkpoint (its config.json's quantization_config) names its own method.
+        method = str(stored["vllm_quantization"])
+        draft.content["quantization"] = method
+        return [f"quantization '{method}': the checkpoint's quantization_config ({stored['method']}, "
+                f"{stored['weight_bits']}-bit weights)"]
     if method is None:
         return []
     draft.content["quantization"] = method
@@ -76,7 +83,9 @@ QUANTIZATION = Technique(
     group="key",
     description="serving weight format (bytes per weight; fp8/fp4 also set the compute precision)",
     parse=parse_choice("quantization", QUANTIZATIONS),
-    default_values=lambda context: ("bf16",) + (("fp8",) if "fp8" in context.supported_precisions else ()),
+    # A quantized checkpoint is served in its own format (vLLM loads it as stored).
+    default_values=lambda context: (context.checkpoint_format,) if context.checkpoint_format else
+    ("bf16",) + (("fp8",) if "fp8" in context.supported_precisions else ()),
     columns=lambda value: {"quantization": value},
     decode=lambda codes: codes["quantization"],
     workloads=("infer",),

@@ -37,6 +37,9 @@ class DomainContext:
     """The workload ('train', 'finetune', 'lora', 'qlora', 'infer')."""
     experts: int = 0
     """Routed experts per MoE layer (0 for a dense model): expert parallelism's domain."""
+    checkpoint_format: str = ""
+    """The serving weight format of a quantized checkpoint (an imported config.json's
+    quantization_config: an AWQ checkpoint is int4); '' for 16-bit weights."""
     seq_len: int = 0
     """Tokens per training sequence (0 when unknown: serving, or a check that needs no
     sequence-dependent domain); context parallelism is searched only for long ones."""

@@ -19,12 +19,20 @@ decoder-only transformer is counted once:
   the expert width, the shared experts an MLP of the shared width. Which layers are MoE is
   given by ``moe_layer_indices``.
 
-Not counted (each is a few vectors per layer at most, far below 0.01% of any catalog
-model): DeepSeek-V3's router score-correction bias (``experts`` per MoE layer), Qwen2-MoE's
-shared-expert gate (``hidden`` per MoE layer), rotary frequency buffers (not parameters).
+The pieces only some families have are keyword arguments of ``count_parameters`` (see
+``LayerExtras``): extra norms per layer (Gemma 2/3: four), no final norm (post-norm OPT),
+query/key norms (Qwen3, Gemma 3, OLMo 2), attention sinks and a router bias (gpt-oss), a
+shared-expert gate (Qwen2-MoE), an output-head bias (Phi-2), and an embedding narrower than
+the model with project-in/out matrices (OPT-350m). The Hugging Face importer sets them; the
+catalog's TOML files use the defaults.
+
+Not counted: DeepSeek-V3's router score-correction bias (a buffer, not a parameter, in
+transformers ``DeepseekV3TopkRouter``), rotary frequency buffers (not parameters).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from vramopt.errors import InputError
 from vramopt.types import MlaSpec, MoeSpec, ParameterCount
@@ -32,6 +40,39 @@ from vramopt.types import MlaSpec, MoeSpec, ParameterCount
 NORM_KINDS = ("rmsnorm", "layernorm")
 NORMS_PER_LAYER = 2
 """Pre-attention and pre-MLP norm (GPT-NeoX's parallel residual also keeps two)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerExtras:
+    """Parameters some families add to the common decoder layer (defaults: none).
+
+    Each name is the transformers module it counts (``modeling_<family>.py``, transformers 5.24.0).
+    """
+
+    norms_per_layer: int = NORMS_PER_LAYER
+    """Gemma 2/3: input, post-attention, pre- and post-feed-forward norms (4); Falcon-7B and
+    Phi-2 (parallel attention and MLP behind one norm): 1."""
+    final_norm: bool = True
+    """OPT with ``do_layer_norm_before`` false (OPT-350m) has no final layer norm."""
+    query_key_norm_width: int = 0
+    """Features the per-layer query and key norms cover together, counted with the model's
+    norm kind: Qwen3 / Gemma 3 ``q_norm`` and ``k_norm`` over one head (2 * head_dim), OLMo 2
+    over all query and key heads ((heads + kv_heads) * head_dim)."""
+    attention_sinks: bool = False
+    """gpt-oss ``GptOssAttention.sinks``: one learned logit per query head and layer."""
+    router_bias: bool = False
+    """gpt-oss ``GptOssTopKRouter.bias``: one bias per expert and MoE layer."""
+    shared_expert_gate: bool = False
+    """Qwen2-MoE ``shared_expert_gate``: Linear(hidden, 1) per MoE layer."""
+    output_head_bias: bool = False
+    """Phi-2 ``PhiForCausalLM.lm_head`` has a bias (vocab)."""
+    embedding_width: int = 0
+    """OPT ``word_embed_proj_dim`` when it differs from the hidden size: the token table and
+    the tied head are this wide, and ``project_in`` / ``project_out`` (no bias) map it to and
+    from the hidden size. 0: the hidden size."""
+
+
+NO_EXTRAS = LayerExtras()
 
 
 def norm_parameters(width: int, norm: str) -> int:
@@ -191,6 +232,7 @@ def count_parameters(
     moe: MoeSpec | None = None,
     mla: MlaSpec | None = None,
     attention_output_bias: bool | None = None,
+    extras: LayerExtras = NO_EXTRAS,
 ) -> ParameterCount:
     """Count total, active, embedding and largest-layer parameters of a decoder-only model.
 
@@ -210,6 +252,8 @@ def count_parameters(
     mla
         Multi-head latent attention replaces the Q/K/V/O projections (``kv_heads`` and
         ``head_dim`` are then not used for the count).
+    extras
+        What some families add (``LayerExtras``); none by default.
 
     Returns
     -------
@@ -240,7 +284,8 @@ def count_parameters(
     if attention_output_bias is None:
         attention_output_bias = attention_bias and mlp_bias
 
-    embedding = vocab_size * hidden_size * (1 if tied_embeddings else 2) + learned_positions * hidden_size
+    _check_extras(extras)
+    embedding = _embedding_parameters(vocab_size, hidden_size, tied_embeddings, learned_positions, extras)
 
     if mla is not None:
         attention = mla_attention_parameters(hidden_size, heads, mla, norm)
@@ -248,13 +293,18 @@ def count_parameters(
         attention = attention_parameters(
             hidden_size, heads, kv_heads, head_dim, qkv_bias=attention_bias, output_bias=attention_output_bias
         )
-    layer_norms = NORMS_PER_LAYER * norm_parameters(hidden_size, norm)
+    if extras.attention_sinks:
+        attention += heads
+    if extras.query_key_norm_width:
+        attention += norm_parameters(extras.query_key_norm_width, norm)
+    layer_norms = extras.norms_per_layer * norm_parameters(hidden_size, norm)
     dense_mlp = mlp_parameters(hidden_size, ffn_hidden_size, gated=gated_mlp, bias=mlp_bias)
     dense_layer = attention + layer_norms + dense_mlp
 
     moe_layers = moe_layer_count(layers, moe)
     dense_layers = layers - moe_layers
-    total = embedding + norm_parameters(hidden_size, norm) + dense_layers * dense_layer
+    final_norm = norm_parameters(hidden_size, norm) if extras.final_norm else 0
+    total = embedding + final_norm + dense_layers * dense_layer
     active = total
     largest_layer = dense_layer if dense_layers else 0
 
@@ -266,6 +316,10 @@ def count_parameters(
             else 0
         )
         router = hidden_size * moe.experts
+        if extras.router_bias:
+            router += moe.experts
+        if extras.shared_expert_gate:
+            router += hidden_size
         moe_layer_total = attention + layer_norms + router + shared + moe.experts * expert
         moe_layer_active = attention + layer_norms + router + shared + moe.experts_per_token * expert
         total += moe_layers * moe_layer_total
@@ -273,3 +327,20 @@ def count_parameters(
         largest_layer = max(largest_layer, moe_layer_total)
 
     return ParameterCount(total=total, active=active, embedding=embedding, largest_layer=largest_layer)
+
+
+def _check_extras(extras: LayerExtras) -> None:
+    for name in ("norms_per_layer", "query_key_norm_width", "embedding_width"):
+        value = getattr(extras, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _embedding_parameters(
+    vocab_size: int, hidden_size: int, tied: bool, learned_positions: int, extras: LayerExtras
+) -> int:
+    """Token table, untied head (and its bias), learned positions, OPT's project-in/out."""
+    width = extras.embedding_width or hidden_size
+    projections = 2 * width * hidden_size if width != hidden_size else 0
+    head_bias = vocab_size if extras.output_head_bias else 0
+    return vocab_size * width * (1 if tied else 2) + head_bias + learned_positions * hidden_size + projections

@@ -31,6 +31,7 @@ from vramopt.costs.columns import CHECKPOINT_EVERY
 from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS, whole_tile_chunks
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATION_NEEDS, QUANTIZATIONS
 from vramopt.errors import InfeasibleError, InputError
+from vramopt.models.checkpoint_quantization import checkpoint_format
 from vramopt.plan import parse_checkpointing
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec, SearchSpace
 
@@ -189,7 +190,7 @@ def _context(model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: i
         layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=global_batch,
         allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
         supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind=kind, seq_len=seq_len,
-        experts=model.moe.experts if model.moe is not None else 0,
+        experts=model.moe.experts if model.moe is not None else 0, checkpoint_format=checkpoint_format(model),
     )
 
 

@@ -32,6 +32,7 @@ def _evaluated_rows(workload, space: SearchSpace):
     plan descriptions): the serving problem's rows, evaluated with the targets dropped."""
     from vramopt.optimizer import serving_problem as tables
     from vramopt.constraints.technique import DomainContext
+    from vramopt.models.checkpoint_quantization import checkpoint_format
 
     loose = replace(workload, ttft_p99_ms=None, tpot_ms=None)
     choices = parsed_user_choices(space)
@@ -43,6 +44,7 @@ def _evaluated_rows(workload, space: SearchSpace):
             layers=case.model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
             allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
+            checkpoint_format=checkpoint_format(case.model),
         )
         items = tables._items([gpu], [context], choices)
         layout = tables._layouts_for_gpu(gpu, case.model, space, context, choices)

@@ -29,7 +29,8 @@ from vramopt.optimizer.pack_exact import Result, solve_exact
 from vramopt.optimizer.pack_greedy import greedy
 from vramopt.optimizer.pack_inventory import apply_running
 from vramopt.optimizer.pack_model import placement_count
-from vramopt.optimizer.pack_options import build_options, job_options, workload_of
+from vramopt.frameworks import DEFAULT_FRAMEWORK, load_framework, space_for_framework
+from vramopt.optimizer.pack_options import build_options, job_framework, job_options, workload_of
 from vramopt.optimizer.pack_prices import add_money, pack_price_units
 from vramopt.optimizer.pack_response import build_response
 from vramopt.optimizer.pack_value import STEPS_PER_SMALLEST_WEIGHT, Values, objective_of
@@ -43,10 +44,10 @@ EXACT_MODEL_MAX_PLACEMENTS = 4000
 beyond, the decomposition keeps large clusters within seconds."""
 
 
-def validate_job(job: PackJob) -> None:
+def validate_job(job: PackJob, framework: str = DEFAULT_FRAMEWORK) -> None:
     """Errors in a job itself (unknown model, bad pins, a pin of a field the job's workload
-    does not have, a context longer than the model's) are the user's to fix: raised, naming
-    the job, never turned into 'not admitted'."""
+    does not have, a pin its framework cannot run, a context longer than the model's) are the
+    user's to fix: raised, naming the job, never turned into 'not admitted'."""
     from vramopt.models import load_model
     from vramopt.optimizer.domains import parsed_user_choices
 
@@ -54,7 +55,10 @@ def validate_job(job: PackJob) -> None:
         model = load_model(job.model)
         # The same check as solve's: a pin, allow or forbid of a field the job's workload's
         # plans do not have (slots on a training job) is an error, not ignored.
-        parsed_user_choices(SearchSpace(pin=dict(job.pin), allow=dict(job.allow), forbid=dict(job.forbid)), kind=job.workload)
+        space = SearchSpace(pin=dict(job.pin), allow=dict(job.allow), forbid=dict(job.forbid),
+                            framework=job_framework(job, framework))
+        parsed_user_choices(space, kind=job.workload)
+        space_for_framework(space)  # a pin the framework cannot run names the rule, as solve's does
         if job.workload == "infer" and job.context > model.max_context:
             raise InputError(f"context {job.context} is longer than {model.name}'s context of {model.max_context} tokens")
         if job.workload != "infer" and job.seq_len > model.max_context:
@@ -78,12 +82,15 @@ PACK_OBJECTIVES = ("throughput", "cost")
 
 
 def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int = 4, usd_per_gpu_hour=None,
-               objective: str = "throughput") -> dict:
+               objective: str = "throughput", framework: str = DEFAULT_FRAMEWORK) -> dict:
     """``usd_per_gpu_hour`` (GPU type -> US dollars, every GPU type of the cluster): the
     assignments of the most value are told apart by money per hour instead of whole GPUs,
     and the response reports it (``pack_prices``). ``objective`` 'cost' (needs prices):
     admit the most job weight (every job, when they all fit) at the least money per hour,
-    whatever their throughput beyond ``min_tokens_per_s``."""
+    whatever their throughput beyond ``min_tokens_per_s``. ``framework``: every training job's
+    plans keep that framework's rules and memory accounting, as ``solve --framework`` does
+    (serving jobs keep vLLM's)."""
+    framework = load_framework(framework).name
     if objective not in PACK_OBJECTIVES:
         raise InputError(f"pack objective '{objective}' is not one of {', '.join(PACK_OBJECTIVES)}")
     if objective == "cost" and usd_per_gpu_hour is None:
@@ -92,11 +99,11 @@ def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int
     deadline = started + time_limit_s
     jobs, running = tuple(jobs), tuple(running)
     for job in jobs:
-        validate_job(job)
+        validate_job(job, framework)
     check_weight_spread(jobs)
     _check_running_not_queued(jobs, running)
     nodes = apply_running(tuple(nodes), running)
-    built = build_options(jobs, nodes, deadline)
+    built = build_options(jobs, nodes, deadline, framework)
     units = None if usd_per_gpu_hour is None else pack_price_units(nodes, built.options, usd_per_gpu_hour)
     values = Values(jobs, built.options, built.best, units, admit_all=objective == "cost")
     floor = greedy(jobs, built.options, values, nodes)
@@ -109,6 +116,8 @@ def solve_pack(jobs, nodes, running=(), time_limit_s: float = 10.0, workers: int
     response = build_response(jobs, nodes, built, result.assignment, solver, throughput_values.report(value), time_limit_s)
     if usd_per_gpu_hour is not None:
         add_money(response, result.assignment, built.options, usd_per_gpu_hour, jobs, objective)
+    if framework != DEFAULT_FRAMEWORK:
+        response["summary"]["framework"] = framework
     return response
 
 

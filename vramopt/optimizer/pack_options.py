@@ -11,6 +11,10 @@ and node that shares them. Multi-node counts follow a ladder (every node count u
 ``DENSE_NODE_COUNTS``, then doubling, then the most the job may take), so a job's options
 grow with the logarithm of a large cluster, not with its node count.
 
+A ``framework`` (``pack --framework``) restricts each training job's plans to what that
+framework runs and counts its memory the framework's way, exactly as ``solve --framework``
+(the same ``space_for_framework`` and validity masks); serving jobs keep vLLM's rules.
+
 Building stops at the deadline: a job whose plans are not all built by then has no options
 (``JobOptions.unbuilt``); plans already cached still serve later jobs of the same shape.
 """
@@ -26,6 +30,7 @@ import numpy as np
 from vramopt.cluster import ClusterNode, PackJob
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
+from vramopt.frameworks import DEFAULT_FRAMEWORK
 from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.domains import parsed_user_choices
@@ -132,7 +137,14 @@ def _gpu_counts(job: PackJob, nodes: list[ClusterNode]) -> tuple[tuple[int, ...]
     return tuple(counts), frozenset(beyond)
 
 
-def _space(job: PackJob, gpu: str, max_gpus: int, extra_pin: dict | None = None, counts: tuple[int, ...] = ()) -> SearchSpace:
+def job_framework(job: PackJob, framework: str) -> str:
+    """The framework a job's plans are searched under: training jobs take the pack's, serving
+    jobs are vLLM's (the training frameworks do not serve)."""
+    return DEFAULT_FRAMEWORK if job.workload == "infer" else framework
+
+
+def _space(job: PackJob, gpu: str, max_gpus: int, extra_pin: dict | None = None, counts: tuple[int, ...] = (),
+           framework: str = DEFAULT_FRAMEWORK) -> SearchSpace:
     """The job's search space on one GPU type (its 'gpu' choices decide which types it is
     searched on at all, its 'gpus' choices which counts: both are applied by the caller)."""
     without = lambda choices: {key: value for key, value in choices.items() if key not in ("gpu", "gpus")}  # noqa: E731
@@ -140,7 +152,8 @@ def _space(job: PackJob, gpu: str, max_gpus: int, extra_pin: dict | None = None,
     if counts:
         allow["gpus"] = tuple(str(count) for count in counts)
     return SearchSpace(gpus=(gpu,), max_gpus=max_gpus, pin={**without(job.pin), **(extra_pin or {})},
-                       allow=allow, forbid=without(job.forbid), workers=1, whole_nodes=True)
+                       allow=allow, forbid=without(job.forbid), workers=1, whole_nodes=True,
+                       framework=job_framework(job, framework))
 
 
 def _check(deadline: float | None) -> None:
@@ -149,24 +162,26 @@ def _check(deadline: float | None) -> None:
         raise _OutOfTime
 
 
-def _estimate(job: PackJob, plan) -> tuple[dict, float, float, float]:
+def _estimate(job: PackJob, plan, framework: str = DEFAULT_FRAMEWORK) -> tuple[dict, float, float, float]:
     workload = workload_of(job)
-    estimate = estimate_serving(workload, plan) if isinstance(workload, ServingWorkload) else estimate_training(workload, plan)
+    estimate = (estimate_serving(workload, plan) if isinstance(workload, ServingWorkload)
+                else estimate_training(workload, plan, job_framework(job, framework)))
     response = estimate.to_dict()
     memory = response["memory"]
     return response, estimate.tokens_per_s, float(memory.get("host_bytes_per_node", 0.0)), float(memory.get("nvme_bytes_per_node", 0.0))
 
 
-def _whole_gpu_templates(job: PackJob, gpu_name: str, nodes: list[ClusterNode], cache: dict, deadline) -> list[Option]:
+def _whole_gpu_templates(job: PackJob, gpu_name: str, nodes: list[ClusterNode], cache: dict, deadline,
+                         framework: str = DEFAULT_FRAMEWORK) -> list[Option]:
     counts, beyond = _gpu_counts(job, nodes)
-    key = ("whole", job_shape(job), gpu_name, counts)
+    key = ("whole", job_shape(job), gpu_name, counts, job_framework(job, framework))
     if key in cache:
         return cache[key]
     found: list[Option] = []
     if counts:
         _check(deadline)
         workload = workload_of(job)
-        space = _space(job, gpu_name, max(counts), counts=counts)
+        space = _space(job, gpu_name, max(counts), counts=counts, framework=framework)
         try:
             problem = (build_serving_problem(workload, space, prune_counts=False) if isinstance(workload, ServingWorkload)
                        else build_problem(workload, space))
@@ -181,7 +196,7 @@ def _whole_gpu_templates(job: PackJob, gpu_name: str, nodes: list[ClusterNode], 
                 if choice is None:
                     continue
                 plan = decode_choice(problem, choice)
-                response, tokens_per_s, host, nvme = _estimate(job, plan)
+                response, tokens_per_s, host, nvme = _estimate(job, plan, framework)
                 found.append(Option(-1, gpu_name, count, None, 0, plan, response, tokens_per_s, host, nvme,
                                     count // gpus_per_node if count in beyond else 1))
     cache[key] = found
@@ -239,8 +254,9 @@ def _kept(options: list[Option], min_tokens_per_s: float | None) -> list[Option]
     return kept
 
 
-def build_options(jobs, nodes, deadline: float | None = None) -> JobOptions:
-    """Each job's options, in job order, until ``deadline`` (``time.perf_counter()``)."""
+def build_options(jobs, nodes, deadline: float | None = None, framework: str = DEFAULT_FRAMEWORK) -> JobOptions:
+    """Each job's options, in job order, until ``deadline`` (``time.perf_counter()``), training
+    jobs' plans under ``framework``."""
     by_type: dict[str, list[ClusterNode]] = {}
     for node in nodes:
         by_type.setdefault(node.gpu.name, []).append(node)
@@ -251,7 +267,7 @@ def build_options(jobs, nodes, deadline: float | None = None) -> JobOptions:
         try:
             for gpu_name, typed_nodes in sorted(by_type.items()):
                 if allowed_gpu(job, gpu_name):
-                    templates += _whole_gpu_templates(job, gpu_name, typed_nodes, cache, deadline)
+                    templates += _whole_gpu_templates(job, gpu_name, typed_nodes, cache, deadline, framework)
                     templates += _mig_templates(job, gpu_name, typed_nodes, cache, deadline)
         except _OutOfTime:
             unbuilt.add(index)
@@ -262,7 +278,7 @@ def build_options(jobs, nodes, deadline: float | None = None) -> JobOptions:
     return JobOptions(all_options, best, frozenset(unbuilt))
 
 
-def job_options(jobs, nodes) -> tuple[list[list[Option]], list[float]]:
+def job_options(jobs, nodes, framework: str = DEFAULT_FRAMEWORK) -> tuple[list[list[Option]], list[float]]:
     """Each job's options and its best tokens/s, with no deadline (tests, benchmarks)."""
-    built = build_options(jobs, nodes)
+    built = build_options(jobs, nodes, framework=framework)
     return built.options, built.best

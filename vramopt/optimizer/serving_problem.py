@@ -27,6 +27,7 @@ from vramopt.costs.request_serving import request_targets_met
 from vramopt.constraints.validity import serving_invalid_reasons
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met
 from vramopt.errors import InputError
+from vramopt.models.checkpoint_quantization import check_checkpoint_format, checkpoint_format
 from vramopt.estimate import check_serving_workload, mig_profile_code, serving_case
 
 __all__ = ["build_serving_problem", "check_serving_workload"]
@@ -52,10 +53,12 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
             layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
             allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
+            checkpoint_format=checkpoint_format(model),
         )
         for gpu in gpus
     ]
     _check_named_values(gpus, choices)
+    check_checkpoint_format(model, choices, gpus)
     item_values = _items(gpus, contexts, choices)
     # Max tokens/s keeps only each layout's largest GPU count (_dominant_counts): never
     # enumerate the others, so a million-GPU space costs milliseconds, not minutes.
