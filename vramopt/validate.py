@@ -35,6 +35,7 @@ QUANTITIES = {
     "peak_memory_gib": "peak memory",
     "zero3_over_ptdp": "ZeRO-3 / PTD-P TFLOP/s per GPU",
     "serving_output_tokens_per_s": "output tokens/s (saturation)",
+    "compile_speedup": "torch.compile / eager tokens/s",
 }
 
 SOURCES = (
@@ -104,6 +105,12 @@ def validation_report() -> list[ValidationRow]:
     # The size of ZeRO-3's slowdown against PTD-P at the same GPU count (the issue's must-show).
     groups[(source_of("n21_t2_ratio_"), QUANTITIES["zero3_over_ptdp"])] = {
         case: predicted / published - 1.0 for case, (published, predicted) in zero3_slowdowns(table2).items()}
+    # torch.compile's speed-up over eager on the same torchtitan plan (eager kernels vs fused).
+    by_case = {run.case_id: run for run in calibration_runs()}
+    groups[(source_of("tt24_"), QUANTITIES["compile_speedup"])] = {
+        f"{case}_speedup": (by_case[case].predicted() / by_case[case[: -len("_compile")]].predicted())
+        / (by_case[case].published / by_case[case[: -len("_compile")]].published) - 1.0
+        for case in by_case if case.startswith("tt24_") and case.endswith("_compile") and case[: -len("_compile")] in by_case}
     groups[(source_of("sglang"), QUANTITIES["serving_output_tokens_per_s"])] = {
         row.case_id: row.relative_error() for row in serving_predictions()}
     rows += [_row(source, quantity, "out-of-sample", errors) for (source, quantity), errors in groups.items()]
