@@ -134,39 +134,46 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
     draft_weights = values["draft_weights_read_bytes"]
     draft_linear = (body + head) * case.draft_params_fraction
 
-    def pieces(decodes, prompt_tokens, constant, thin):
+    def pieces(decodes, prompt_tokens, constant):
         """The step's operator groups as (a, b) pieces of a + b x scale: with ``constant`` 1
         the pieces of one step (decodes and prompt_tokens are counts), with 0 the slopes of
-        a step whose counts grow as decodes x T and prompt_tokens x T (rates). ``thin``: the
-        GEMMs' wave term per token (steps under TILE_M tokens), else the constant one; the
-        step is the smaller of the two (costs/serving_operators.py)."""
+        a step whose counts grow as decodes x T and prompt_tokens x T (rates). Returns the
+        GEMM group twice, with the constant wave term and with the wave per token (steps
+        under TILE_M tokens; the step is the smaller of the two, costs/serving_operators.py),
+        and the other groups once."""
         tokens = decodes * verified + prompt_tokens
         # Logits: every verified decode token and the last token of each prompt.
         logits = decodes * verified + prompt_tokens / load.input_tokens
         with np.errstate(divide="ignore", invalid="ignore"):
             # The GEMMs: the weights streamed from HBM, or their FLOPs plus the wave term, whichever is longer.
-            waves = (0.0, tokens * wave / TILE_M) if thin else (constant * wave, 0.0)
-            gemm = [(constant * weights_read / bandwidth, 0.0), (waves[0], waves[1] + tokens * body + logits * head)]
+            streaming = (constant * weights_read / bandwidth, 0.0)
+            flops = tokens * body + logits * head
+            gemm_full_waves = [streaming, (constant * wave, flops)]
+            gemm_thin_waves = [streaming, (0.0, flops + tokens * wave / TILE_M)]
             # Attention over the KV cache in use: its bytes or its FLOPs.
             attention_group = [(0.0, (decodes * decode_context + prompt_tokens) * kv_token / bandwidth),
                                (0.0, (decodes * verified * decode_context + prompt_tokens * prefill_context) * attention / attention_rate)]
-            memory_bound = [(0.0, (tokens * elementwise + logits * logit_bytes) / bandwidth)]
-            communication = [(constant * latency, tokens * per_token_comm)]
+            # The memory-bound kernels and the tensor-parallel all-reduces: no other resource bounds them.
+            serial = [(constant * latency, tokens * per_token_comm + (tokens * elementwise + logits * logit_bytes) / bandwidth)]
             draft = [(np.where(speculative, constant * gamma * draft_weights / bandwidth, 0.0),
                       np.where(speculative, gamma * decodes * decode_context * kv_token * case.draft_kv_fraction / bandwidth, 0.0)),
                      (0.0, np.where(speculative, gamma * decodes * draft_linear, 0.0))]
-        return [gemm, attention_group, memory_bound, communication, draft]
+        return gemm_full_waves, gemm_thin_waves, [attention_group, serial, draft]
+
+    def group_time(group, shape):
+        return np.maximum.reduce([np.broadcast_to(a + b, shape) for a, b in group]) if len(group) > 1 else group[0][0] + group[0][1]
 
     def step(decodes, prompt_tokens):
         """Step time of one replica with ``decodes`` sequences and ``prompt_tokens`` prompt tokens:
         the operator groups run one after another, each as long as its slower resource."""
-        return np.minimum(*(sum(np.maximum.reduce([np.broadcast_to(a + b, np.shape(decodes)) for a, b in group]) if len(group) > 1
-                                else group[0][0] + group[0][1] for group in pieces(decodes, prompt_tokens, 1.0, thin))
-                            for thin in (False, True)))
+        full_waves, thin_waves, rest = pieces(decodes, prompt_tokens, 1.0)
+        shape = np.shape(decodes)
+        return sum(group_time(group, shape) for group in rest) + np.minimum(group_time(full_waves, shape), group_time(thin_waves, shape))
 
     def fixed_point(decodes_per_s, prompt_per_s):
         """The step length T at which n = decodes_per_s x T and q = prompt_per_s x T."""
-        return np.minimum(*(_affine_fixed_point(pieces(decodes_per_s, prompt_per_s, 1.0, thin)) for thin in (False, True)))
+        full_waves, thin_waves, rest = pieces(decodes_per_s, prompt_per_s, 1.0)
+        return np.minimum(_affine_fixed_point([full_waves] + rest), _affine_fixed_point([thin_waves] + rest))
 
     budget = float(case.prefill_chunk_tokens)
     slots = columns.slots.astype(float)
