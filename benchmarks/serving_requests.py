@@ -2,8 +2,8 @@
 
 Run: python benchmarks/serving_requests.py [--repeats 3] [--skip-latency]
 
-1. The SGLang/vLLM offline rows (benchmarks/data/serving_published_runs.csv, copied from
-   ../shared/calibration/published-runs.csv with their sources): every request queued at
+1. The SGLang/vLLM offline rows (vramopt/validation/data/serving_published_runs.csv, copied from
+   ../shared/calibration/published-runs.csv with their sources; vramopt/validation/serving.py): every request queued at
    once, so the prediction is the plan's saturation capacity (costs/request_serving.py).
    Lengths: the mean output of 194 tokens is the published output tokens/s over requests/s
    (3856.01 / 19.84 = 4281.51 / 22.03 = 194.35); the mean input of 230 tokens is ShareGPT's
@@ -21,50 +21,19 @@ Run: python benchmarks/serving_requests.py [--repeats 3] [--skip-latency]
 from __future__ import annotations
 
 import argparse
-import csv
 import time
-from pathlib import Path
 
-from vramopt.estimate import estimate_serving
 from vramopt.optimizer.search import solve
-from vramopt.types import SearchSpace, ServingPlan, ServingWorkload
-
-DATA = Path(__file__).resolve().parent / "data" / "serving_published_runs.csv"
-SLOT_CEILING = 2048
-"""The largest slot count of the search grid (constraints/kv_cache.py)."""
-
-
-def predicted(row: dict) -> tuple[float, float, int]:
-    """(output tokens/s, requests/s, slots) the model predicts for one published row."""
-    workload = ServingWorkload(
-        model=row["model"], context=4096, headroom_fraction=round(1.0 - float(row["memory_fraction"]), 6),
-        input_tokens=int(row["input_tokens_mean"]), output_tokens=int(row["output_tokens_mean"]),
-    )
-    def estimate(slots: int):
-        plan = ServingPlan(gpu=row["gpu"], gpus=int(row["gpus"]), tensor_parallel=int(row["tensor_parallel"]), slots=slots)
-        return estimate_serving(workload, plan)
-    if row["max_num_seqs"]:
-        slots = int(row["max_num_seqs"])
-    else:
-        low, high = 1, SLOT_CEILING
-        while low < high:  # the largest slot count whose KV cache fits the pool
-            middle = (low + high + 1) // 2
-            low, high = (middle, high) if estimate(middle).fits else (low, middle - 1)
-        slots = low
-    result = estimate(slots)
-    return result.values["capacity_tokens_per_s"], result.values["capacity_requests_per_s"], slots
-
+from vramopt.types import SearchSpace, ServingWorkload
+from vramopt.validation.serving import serving_predictions
 
 def published_comparison() -> None:
     print(f"{'case':<40} {'slots':>5} {'predicted tok/s':>15} {'published':>10} {'error':>7} {'pred req/s':>10} {'published':>9}")
     errors = []
-    with DATA.open() as handle:
-        for row in csv.DictReader(handle):
-            tokens, requests, slots = predicted(row)
-            error = tokens / float(row["published_output_tokens_per_s"]) - 1.0
-            errors.append(abs(error))
-            print(f"{row['case_id']:<40} {slots:>5} {tokens:>15,.0f} {float(row['published_output_tokens_per_s']):>10,.0f} "
-                  f"{error:>+7.1%} {requests:>10.2f} {float(row['published_requests_per_s']):>9.2f}")
+    for row in serving_predictions():
+        errors.append(abs(row.relative_error()))
+        print(f"{row.case_id:<40} {row.slots:>5} {row.predicted_output_tokens_per_s:>15,.0f} {row.published_output_tokens_per_s:>10,.0f} "
+              f"{row.relative_error():>+7.1%} {row.predicted_requests_per_s:>10.2f} {row.published_requests_per_s:>9.2f}")
     print(f"mean absolute error {sum(errors) / len(errors):.1%}, max {max(errors):.1%} (out of sample: nothing fitted to these rows)")
 
 

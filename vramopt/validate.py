@@ -8,6 +8,10 @@ to fit a coefficient. ``sample`` is one of:
 - ``leave-one-out``: the same runs, each predicted with the value fitted on the others;
 - ``out-of-sample``: runs no fit used (``vramopt/validation/calibration.py`` says which are).
 
+Besides the per-run quantities, two derived ones: Narayanan et al. 2021 Table 2's ratio of
+ZeRO-3's TFLOP/s per GPU to PTD-P's at the same GPU count (``narayanan_table2.py``), and the
+SGLang/vLLM offline serving rows' output tokens/s (``serving.py``).
+
 The data and the mapping of each run to a plan are ``vramopt/validation/`` (sources in the
 CSV files). The library computes the report; the CLI only displays it.
 """
@@ -19,7 +23,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vramopt.validation.calibration import fit
+from vramopt.validation.narayanan_table2 import table2_runs, zero3_slowdowns
 from vramopt.validation.published import calibration_runs, korthikanti_runs
+from vramopt.validation.serving import serving_predictions
 
 QUANTITIES = {
     "iteration_s": "iteration time",
@@ -27,6 +33,9 @@ QUANTITIES = {
     "model_tflops_per_gpu": "model TFLOP/s per GPU",
     "achieved_tflops_per_gpu": "achieved TFLOP/s per GPU",
     "peak_memory_gib": "peak memory",
+    "zero3_over_ptdp": "ZeRO-3 / PTD-P TFLOP/s per GPU",
+    "serving_output_tokens_per_s": "output tokens/s (saturation)",
+    "compile_speedup": "torch.compile / eager tokens/s",
 }
 
 SOURCES = (
@@ -36,6 +45,11 @@ SOURCES = (
     ("k22_s63_", "Korthikanti et al. 2022 section 6.3 (A100)"),
     ("tt24_", "torchtitan Llama 3.1 H100 benchmarks, Dec 2024"),
     ("tto_", "torchtitan docs/performance.md (H100, A100)"),
+    ("n21_t2_zero3_", "Narayanan et al. 2021 Table 2 ZeRO-3 (A100)"),
+    ("n21_t2_ptdp_", "Narayanan et al. 2021 Table 2 PTD-P (A100)"),
+    ("n21_t2_ratio_", "Narayanan et al. 2021 Table 2 (A100)"),
+    ("sglang", "SGLang 0.3 / vLLM 0.6 offline (ShareGPT)"),
+    ("vllm", "SGLang 0.3 / vLLM 0.6 offline (ShareGPT)"),
 )
 
 
@@ -83,9 +97,21 @@ def validation_report() -> list[ValidationRow]:
                          dict(zip(result.case_ids, result.in_sample_errors))))
         rows.append(_row(source, quantity, "leave-one-out", dict(zip(result.case_ids, result.held_out_errors))))
     groups: dict[tuple[str, str], dict[str, float]] = {}
-    for run in korthikanti_runs() + calibration_runs():
+    table2 = table2_runs()
+    for run in korthikanti_runs() + calibration_runs() + table2:
         if run.case_id in fitted_cases:
             continue
         groups.setdefault((source_of(run.case_id), QUANTITIES[run.metric]), {})[run.case_id] = run.relative_error()
+    # The size of ZeRO-3's slowdown against PTD-P at the same GPU count (the issue's must-show).
+    groups[(source_of("n21_t2_ratio_"), QUANTITIES["zero3_over_ptdp"])] = {
+        case: predicted / published - 1.0 for case, (published, predicted) in zero3_slowdowns(table2).items()}
+    # torch.compile's speed-up over eager on the same torchtitan plan (eager kernels vs fused).
+    by_case = {run.case_id: run for run in calibration_runs()}
+    groups[(source_of("tt24_"), QUANTITIES["compile_speedup"])] = {
+        f"{case}_speedup": (by_case[case].predicted() / by_case[case[: -len("_compile")]].predicted())
+        / (by_case[case].published / by_case[case[: -len("_compile")]].published) - 1.0
+        for case in by_case if case.startswith("tt24_") and case.endswith("_compile") and case[: -len("_compile")] in by_case}
+    groups[(source_of("sglang"), QUANTITIES["serving_output_tokens_per_s"])] = {
+        row.case_id: row.relative_error() for row in serving_predictions()}
     rows += [_row(source, quantity, "out-of-sample", errors) for (source, quantity), errors in groups.items()]
     return rows

@@ -38,7 +38,7 @@ import math
 
 import pytest
 
-from vramopt.costs.coefficients import coefficient
+from vramopt.costs.gemm import FITTED_H100
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.optimizer.search import solve
@@ -67,11 +67,6 @@ H100_PCIE = 64e9
 H100_NVME = 56e9
 H100_HBM = 3.35e12
 RESERVE_2_GIB = 2 * GIB
-
-
-def utilization() -> float:
-    """The serving model's compute utilization (costs/inference.py still uses the one value)."""
-    return coefficient("base_utilization")
 
 
 def assert_compute_is_physical(compute_s: float, flops: float) -> None:
@@ -322,7 +317,16 @@ def test_70b_serving_on_eight_h100_holds_as_many_slots_as_the_split_kv_cache_all
     average_tokens = 4096
     memory_time = (weights + expected * average_tokens * kv_per_token / 8) / (H100_HBM * 0.8)
     flops_per_token = 2 * P_70B + 4 * 80 * 64 * 128 * average_tokens
-    compute_time = expected * flops_per_token / 8 / (H100_BF16 * utilization())
+    # GEMMs from their shapes at tp 8 (costs/serving_operators.py): per layer QKV (1,280, 8,192),
+    # output (8,192, 1,024), gate + up (7,168, 8,192), down (8,192, 3,584) at the Hopper fraction
+    # x depth k / (k + 128), plus the half-empty wave (132 / 2 tiles of 128 x 256 x k) per
+    # kernel, as the M = 279-token step pays in full (M >= 128).
+    rate = H100_BF16 * FITTED_H100
+    shapes = ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))
+    per_token = 80 * sum(2 * n * k / (rate * k / (k + 128)) for n, k in shapes)
+    wave = 80 * sum(66 * 128 * 256 * 2 * (k + 128) / rate for _, k in shapes) + 66 * 128 * 256 * 2 * (8192 + 128) / rate
+    gemm_rate = 80 * sum(2 * n * k for n, k in shapes) / per_token * expected * per_token / (expected * per_token + wave)
+    compute_time = expected * flops_per_token / 8 / gemm_rate
     assert memory_time > compute_time
     all_reduce = 1e-5 + 2 * (8 - 1) / 8 * expected * 8192 * 2 / (H100_NVLINK * 0.8)
     step = memory_time + 2 * 80 * all_reduce

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vramopt.costs.coefficients import coefficient
+from vramopt.costs.gemm import FITTED_A100
 from vramopt.costs.request_serving import _affine_fixed_point
 from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving
@@ -68,20 +69,39 @@ def test_a_rate_above_the_capacity_is_not_served():
 
 
 def test_saturation_step_is_the_roofline_of_each_operator_group():
-    """Llama 3.1 8B on one A100 80GB, 4 slots of 500 + 100 tokens, bf16: every term by hand."""
+    """Llama 3.1 8B on one A100 80GB, 4 slots of 500 + 100 tokens, bf16: every term by hand
+    (issue 16 item 2; operator-level GEMMs, issue 13 item 1: costs/serving_operators.py).
+
+    GEMMs per layer (n, k): QKV (6,144, 4,096), attention output (4,096, 4,096), gate + up
+    (28,672, 4,096), down (4,096, 14,336); 32 layers; head (128,256, 4,096). Each runs at the
+    Ampere large-GEMM fraction x depth k / (k + 128) of the 312 TFLOP/s peak; the half-empty
+    wave is 108 / 2 tiles of 128 x 256 x k, scaled by min(M / 128, 1) for M = 24 tokens."""
     model, gpu = load_model("llama-3.1-8b"), load_gpu("a100-80gb")
     workload = ServingWorkload(model="llama-3.1-8b", context=4096, input_tokens=500, output_tokens=100)
     values = estimate_serving(workload, ServingPlan(gpu="a100-80gb", gpus=1, slots=4)).values
     decodes, prompt_tokens = 4.0, 4.0 * 500 / 100
+    tokens, logits = decodes + prompt_tokens, decodes + prompt_tokens / 500
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
-    rate = gpu.peak_flops_per_s["bf16"] * coefficient("base_utilization")
+    rate = 312e12 * FITTED_A100
+
+    def depth(k):
+        return k / (k + 128)
+
+    shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+    shape_parameters = 32 * sum(n * k for n, k in shapes)
+    non_embedding = model.parameters.active - model.parameters.embedding
+    body = 32 * sum(2 * n * k / (rate * depth(k)) for n, k in shapes) * non_embedding / shape_parameters
+    head = 2 * 128_256 * 4096 / (rate * depth(4096))
+    wave = (32 * sum(54 * 128 * 256 * 2 * k / (rate * depth(k)) for _, k in shapes) + 54 * 128 * 256 * 2 * 4096 / (rate * depth(4096)))
     kv_per_token = 2 * 32 * 8 * 128 * 2
-    gemm = max(model.params_total * 2 / bandwidth, (decodes + prompt_tokens) * 2 * model.params_active / rate)
+    gemm = max(model.params_total * 2 / bandwidth, wave * tokens / 128 + tokens * body + logits * head)
     context = 500 + 101 / 2
     attention = max((decodes * context + prompt_tokens) * kv_per_token / bandwidth,
-                    (decodes * context + prompt_tokens * 250) * 4 * 32 * 32 * 128 / rate)
-    assert values["saturation_step_s"] == pytest.approx(gemm + attention, rel=1e-9)
-    assert values["capacity_tokens_per_s"] == pytest.approx(decodes / (gemm + attention), rel=1e-9)
+                    (decodes * context + prompt_tokens * 250) * 4 * 32 * 32 * 128 / (312e12 * 0.60))
+    # Norms 16h, SiLU-and-mul 6f, rotary 4 (32 + 8) 128, KV write 4 x 2 x 8 x 128 bytes per layer; logits 10 V.
+    elementwise = (tokens * 32 * (16 * 4096 + 6 * 14336 + 4 * 40 * 128 + 8 * 8 * 128) + logits * 10 * 128_256) / bandwidth
+    assert values["saturation_step_s"] == pytest.approx(gemm + attention + elementwise, rel=1e-9)
+    assert values["capacity_tokens_per_s"] == pytest.approx(decodes / (gemm + attention + elementwise), rel=1e-9)
 
 
 def test_closed_loop_clients_beyond_the_batch_wait():

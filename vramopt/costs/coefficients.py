@@ -20,8 +20,9 @@ class Coefficient:
 _COEFFICIENTS = {
     "base_utilization": Coefficient(
         0.574,
-        "calibration, now used by the serving model only (costs/inference.py: prefill and decode compute); the training model "
-        "times each GEMM from its shape since throughput model v2 (costs/gemm.py, costs/operators.py). "
+        "calibration of the earlier model, used by no cost formula any more: training and serving time each GEMM from its "
+        "shape (costs/gemm.py, costs/operators.py, costs/serving_operators.py); kept as the earlier model's reference for "
+        "benchmarks/claims_audit.py and benchmarks/serving_claims.py. "
         "Original calibration, with the earlier training model: fraction of dense peak that the GEMM-bound compute of one micro-batch "
         "reaches end to end, before the pipeline bubble and exposed communication that vramopt "
         "models separately. Fitted to Narayanan et al. 2021 Table 1 (A100 80GB, 312 TFLOP/s bf16 "

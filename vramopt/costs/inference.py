@@ -26,6 +26,7 @@ import numpy as np
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
+from vramopt.costs.serving_operators import serving_gemm_flops_per_s, serving_operator_terms
 from vramopt.costs.request_serving import RequestLoad, evaluate_requests, mix_contexts, request_kv_tokens_per_slot
 from vramopt.costs.vllm_memory import EngineMemorySettings, kv_capacity_tokens, kv_pool_bytes, profile_activation_peak_bytes
 from vramopt.parallel_layout import ParallelLayout
@@ -93,18 +94,6 @@ class ServingColumns:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.__dataclass_fields__))[0])
 
 
-def gemm_flops_per_s(gpu: GpuSpec, quantization_codes, compute_share) -> np.ndarray:
-    """The achievable GEMM rate of each row's weight format (``compute_share``: the MIG
-    instance's fraction of the GPU's compute, 1 for whole GPUs): the peak of the
-    precision it computes in x the utilization calibrated on training, with the same
-    fp8/fp4 ratios. The one place a batch-dependent GEMM efficiency (the operator-level
-    throughput model) is meant to replace."""
-    ratios = {"bf16": 1.0, "fp8": coefficient("fp8_utilization_ratio"), "fp4": coefficient("fp4_utilization_ratio")}
-    codes = np.asarray(quantization_codes)
-    peak = np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in QUANTIZATION_COMPUTE])[codes] * compute_share
-    return peak * coefficient("base_utilization") * np.array([ratios[name] for name in QUANTIZATION_COMPUTE])[codes]
-
-
 def _mig_table(gpu: GpuSpec, column, attribute, whole):
     values = np.array([getattr(profile, attribute) for profile in gpu.mig_profiles] + [whole], dtype=float)
     return values[np.where(column >= 0, column, len(gpu.mig_profiles))]
@@ -165,7 +154,9 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
 
     # Decode roofline for one replica: stages run one after another, each tensor-parallel.
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
-    flops_rate = gemm_flops_per_s(gpu, columns.quantization, compute_share)
+    # GEMMs timed from their shapes at the step's batch (costs/serving_operators.py): thin decode steps run slower per FLOP.
+    operators = serving_operator_terms(model, gpu, columns.quantization, compute_share, t)
+    flops_rate = serving_gemm_flops_per_s(operators, slots * np.where(columns.speculative == 1, case.speculative_tokens + 1.0, 1.0))
     kv_read = slots * average_tokens * kv_per_token
     bytes_per_step = model_weights / t + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
@@ -190,7 +181,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         # Prefill of a full-context prompt: the linear layers plus causal attention
         # (QK^T and AV over on average half the context), compute-bound.
         prefill_flops = 2.0 * model.params_active * case.context + 2.0 * model.layers * model.heads * model.head_dim * case.context**2
-        prefill = prefill_flops / t / flops_rate
+        prefill = prefill_flops / t / serving_gemm_flops_per_s(operators, case.context)
     values = {
         "weights_bytes": weights,
         "kv_cache_bytes": kv_cache,
@@ -220,6 +211,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         "kv_read_bytes_per_token": kv_per_token / kv_split,
         "link_bytes_per_s": link,
         "all_reduce_latency_s": np.full(len(columns), coefficient("all_reduce_latency_s")),
+        **operators,
     }
     if case.requests is not None:
         requests = evaluate_requests(case, columns, values)

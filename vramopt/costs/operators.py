@@ -229,6 +229,59 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, to
     return per_byte * (layers * forward + loss / 2.0), per_byte * (layers * backward + loss / 2.0)
 
 
+EAGER_NORM_FORWARD_BYTES = 36.0
+"""torch eager RMSNorm per element (ATen ``rms_norm`` composite, torch.nn.RMSNorm as torchtitan
+builds it without torch.compile): upcast to fp32 (read 2, write 4), pow (4 + 4), mean (read 4),
+x * rsqrt (4 + 4), back to bf16 (4 + 2), x weight (2 + 2) bytes."""
+EAGER_NORM_BACKWARD_BYTES = 64.0
+"""Its autograd backward per element: weight product (8, with the weight-gradient reduction),
+the cast (6), x * rsqrt (16, with the reduction for the rsqrt gradient), the mean's expand
+(4), pow (12), the two upcast-gradient branches summed (12), the cast back (6) bytes."""
+EAGER_RESIDUAL_BYTES_H = 12.0
+"""Two residual adds per layer, each reading two bf16 tensors and writing one (6h), forward;
+the same for the gradient accumulation of the backward."""
+EAGER_ACTIVATION_FORWARD_F = {False: 8.0, True: 10.0}
+"""Eager activation per element of f: SwiGLU's ``silu(w1 x) * w3 x`` (torchtitan FeedForward) as
+two kernels, silu (2 + 2) and the product (2 + 2 + 2); GELU as one kernel plus the bias add."""
+EAGER_ACTIVATION_BACKWARD_F = {False: 12.0, True: 18.0}
+"""The product's backward (two gradients, 6 + 6) and silu's (read gradient and input, write: 6)."""
+EAGER_ROTARY_BYTES_PER_ELEMENT = 40.0
+"""torchtitan ``apply_rotary_emb`` per element of Q and K, forward + backward: upcast to fp32
+(2 + 4), complex multiply by the frequencies (4 + 4), cast back (4 + 2) = 20 bytes each pass."""
+EAGER_LAYOUT_BYTES_PER_ATTENTION_ELEMENT = 16.0
+"""Copies around the attention core per element of a*d, forward + backward: the output's
+``transpose(1, 2).contiguous()`` (2 + 2) and the materialized ``repeat_kv`` of K and V for
+grouped-query attention (writing a*d elements of each, 2 + 2), each pass."""
+EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT = 36.0
+"""Eager cross-entropy per logit, forward + backward: bf16 logits cast to fp32 (2 + 4),
+log_softmax (read 4 twice, write 4), its backward (4 + 4 + 4), cast of the gradient (4 + 2)."""
+
+
+def eager_elementwise_extra_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
+    """Extra seconds of one micro-batch's memory-bound kernels when they run as separate eager
+    PyTorch kernels (no torch.compile, no fused norm/activation/rotary kernels) instead of the
+    fused kernels ``elementwise_seconds`` charges: the unfused byte counts above minus the
+    fused ones. torchtitan without ``--training.compile`` runs this way."""
+    tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
+    t = columns.tensor_parallel.astype(float)
+    h = float(model.hidden_size)
+    scale = PRECISION_ACTIVATION_SCALE[columns.precision]
+    replicated_share = np.where(columns.sequence_parallel == 1, 1.0 / t, 1.0)
+    gated = bool(model.gated_mlp)
+    width = float(model.ffn_hidden_size) if model.moe is None else (
+        model.moe.experts_per_token * model.moe.expert_ffn_hidden_size + model.moe.shared_experts * model.moe.shared_expert_ffn_hidden_size)
+    rotary = 0.0 if model.learned_positions else EAGER_ROTARY_BYTES_PER_ELEMENT * (model.heads + model.kv_heads) * model.head_dim
+    layout = EAGER_LAYOUT_BYTES_PER_ATTENTION_ELEMENT * model.heads * model.head_dim
+    per_layer = (h * (2.0 * (EAGER_NORM_FORWARD_BYTES + EAGER_NORM_BACKWARD_BYTES) + 2.0 * EAGER_RESIDUAL_BYTES_H) * replicated_share
+                 + ((EAGER_ACTIVATION_FORWARD_F[gated] + EAGER_ACTIVATION_BACKWARD_F[gated]) * width + rotary + layout) / t)
+    layers = model.layers / columns.pipeline_parallel
+    loss = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT * model.vocab_size / t
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
+    eager = tokens * scale / bandwidth * (layers * per_layer + loss)
+    fused_forward, fused_backward = elementwise_seconds(model, gpu, columns, tokens)
+    return np.maximum(eager - fused_forward - fused_backward, 0.0)
+
+
 def micro_batch_operator_seconds(
     model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int, trainable_fraction: float,
     compute_overhead_fraction: float, linear_parameters: float,

@@ -6,19 +6,21 @@ steps (vLLM V1's scheduler, Sarathi-Serve's stall-free batching, Agrawal et al. 
 step carries one token of every running sequence (decode) and up to the rest of the
 ``max_num_batched_tokens`` budget in prompt chunks (prefill).
 
-Step time, from the same building blocks as the decode roofline (``costs/inference.py``):
+Step time, from the operator terms of ``costs/serving_operators.py``:
 
-    step(n, q) = max(weights / t / bandwidth, (n + q) 2 P_active / t / GEMM rate)
-               + max(KV bytes / bandwidth, attention FLOPs / GEMM rate)
+    step(n, q) = max(weights / t / bandwidth, wave + (n + q) GEMM s per token + logits x head s per token)
+               + max(KV bytes / bandwidth, attention FLOPs / attention rate)
+               + memory-bound kernels' bytes / bandwidth
                + tensor-parallel all-reduces (+ draft steps under speculative decoding)
 
 (a roofline per operator group, Williams et al. 2009: the GEMMs and attention run one
 after the other, each limited by its own slower resource) with n decode tokens at the mean
 context ``input + (output + 1) / 2`` and q prompt tokens at a mean causal context of
 ``input / 2``: KV bytes = (n x context + q) x KV bytes per token per GPU; attention FLOPs =
-4 L a d_h per token per context token, / t. The GEMM rate is the format's peak x the
-calibrated utilization of ``costs/coefficients.py`` (``gemm_flops_per_s``): the one place an
-operator-level model with batch-dependent GEMM efficiency replaces it.
+4 L a d_h per token per context token, / t. The GEMMs are timed from their shapes with
+``costs/gemm.py``'s efficiency, whose wave-quantization term is a constant per step (thin
+decode steps are slow per FLOP); logits = n + q / input (prefill computes the last
+position's only).
 
 Steady state at an arrival rate lambda per replica (Little's law, Little 1961): a request
 decodes for ``output / E`` steps (E = tokens per step, > 1 only with speculative decoding),
@@ -63,6 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vramopt.costs.gemm import TILE_M
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,45 +118,62 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
     emitted = np.where(speculative, (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha), 1.0)
     verified = np.where(speculative, gamma + 1.0, 1.0)
     bandwidth = values["hbm_bytes_per_s"]
-    rate = values["gemm_flops_per_s"]
     weights_read = values["weights_read_bytes"]
     kv_token = values["kv_read_bytes_per_token"]
     link = values["link_bytes_per_s"]
     decode_context, prefill_context = mix_contexts(load)
-    linear = 2.0 * model.params_active / t
+    # Operator terms (costs/serving_operators.py): GEMM seconds per token at the large-GEMM
+    # rate, the wave term of one step, the attention rate and the memory-bound kernels' bytes.
+    body, head, wave = values["gemm_body_s_per_token"], values["gemm_head_s_per_token"], values["gemm_wave_s"]
+    attention_rate = values["attention_flops_per_s"]
+    elementwise, logit_bytes = values["elementwise_bytes_per_token"], values["logit_bytes_per_token"]
     attention = 4.0 * model.layers * model.heads * model.head_dim / t
     latency = np.where(t > 1, 2.0 * model.layers * values["all_reduce_latency_s"], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_token_comm = np.where(t > 1, 2.0 * model.layers * 2.0 * (t - 1.0) / t * model.hidden_size * 2.0 / link, 0.0)
     draft_weights = values["draft_weights_read_bytes"]
-    draft_linear = linear * case.draft_params_fraction
+    draft_linear = (body + head) * case.draft_params_fraction
 
     def pieces(decodes, prompt_tokens, constant):
         """The step's operator groups as (a, b) pieces of a + b x scale: with ``constant`` 1
         the pieces of one step (decodes and prompt_tokens are counts), with 0 the slopes of
-        a step whose counts grow as decodes x T and prompt_tokens x T (rates)."""
+        a step whose counts grow as decodes x T and prompt_tokens x T (rates). Returns the
+        GEMM group twice, with the constant wave term and with the wave per token (steps
+        under TILE_M tokens; the step is the smaller of the two, costs/serving_operators.py),
+        and the other groups once."""
         tokens = decodes * verified + prompt_tokens
+        # Logits: every verified decode token and the last token of each prompt.
+        logits = decodes * verified + prompt_tokens / load.input_tokens
         with np.errstate(divide="ignore", invalid="ignore"):
-            # The GEMMs: the weights streamed from HBM or the FLOPs, whichever is longer.
-            gemm = [(constant * weights_read / bandwidth, 0.0), (0.0, tokens * linear / rate)]
+            # The GEMMs: the weights streamed from HBM, or their FLOPs plus the wave term, whichever is longer.
+            streaming = (constant * weights_read / bandwidth, 0.0)
+            flops = tokens * body + logits * head
+            gemm_full_waves = [streaming, (constant * wave, flops)]
+            gemm_thin_waves = [streaming, (0.0, flops + tokens * wave / TILE_M)]
             # Attention over the KV cache in use: its bytes or its FLOPs.
             attention_group = [(0.0, (decodes * decode_context + prompt_tokens) * kv_token / bandwidth),
-                               (0.0, (decodes * verified * decode_context + prompt_tokens * prefill_context) * attention / rate)]
-            communication = [(constant * latency, tokens * per_token_comm)]
+                               (0.0, (decodes * verified * decode_context + prompt_tokens * prefill_context) * attention / attention_rate)]
+            # The memory-bound kernels and the tensor-parallel all-reduces: no other resource bounds them.
+            serial = [(constant * latency, tokens * per_token_comm + (tokens * elementwise + logits * logit_bytes) / bandwidth)]
             draft = [(np.where(speculative, constant * gamma * draft_weights / bandwidth, 0.0),
                       np.where(speculative, gamma * decodes * decode_context * kv_token * case.draft_kv_fraction / bandwidth, 0.0)),
-                     (0.0, np.where(speculative, gamma * decodes * draft_linear / rate, 0.0))]
-        return [gemm, attention_group, communication, draft]
+                     (0.0, np.where(speculative, gamma * decodes * draft_linear, 0.0))]
+        return gemm_full_waves, gemm_thin_waves, [attention_group, serial, draft]
+
+    def group_time(group, shape):
+        return np.maximum.reduce([np.broadcast_to(a + b, shape) for a, b in group]) if len(group) > 1 else group[0][0] + group[0][1]
 
     def step(decodes, prompt_tokens):
         """Step time of one replica with ``decodes`` sequences and ``prompt_tokens`` prompt tokens:
         the operator groups run one after another, each as long as its slower resource."""
-        return sum(np.maximum.reduce([np.broadcast_to(a + b, np.shape(decodes)) for a, b in group]) if len(group) > 1
-                   else group[0][0] + group[0][1] for group in pieces(decodes, prompt_tokens, 1.0))
+        full_waves, thin_waves, rest = pieces(decodes, prompt_tokens, 1.0)
+        shape = np.shape(decodes)
+        return sum(group_time(group, shape) for group in rest) + np.minimum(group_time(full_waves, shape), group_time(thin_waves, shape))
 
     def fixed_point(decodes_per_s, prompt_per_s):
         """The step length T at which n = decodes_per_s x T and q = prompt_per_s x T."""
-        return _affine_fixed_point(pieces(decodes_per_s, prompt_per_s, 1.0))
+        full_waves, thin_waves, rest = pieces(decodes_per_s, prompt_per_s, 1.0)
+        return np.minimum(_affine_fixed_point([full_waves] + rest), _affine_fixed_point([thin_waves] + rest))
 
     budget = float(case.prefill_chunk_tokens)
     slots = columns.slots.astype(float)

@@ -46,6 +46,7 @@ from vramopt.costs.memory import (
 )
 from vramopt.costs.offload import offload_seconds_per_step
 from vramopt.costs.optimizer_step import optimizer_step_seconds
+from vramopt.costs.operators import eager_elementwise_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
@@ -82,6 +83,9 @@ class TrainingCase:
     framework: str = "generic"
     """Whose model-state accounting applies (vramopt/frameworks/memory.py): 'generic',
     'deepspeed', 'megatron' or 'torchtitan'."""
+    eager_kernels: bool = False
+    """The norms, activation, rotary and loss run as separate eager PyTorch kernels (torchtitan
+    without torch.compile) rather than fused ones (costs/operators.py eager_elementwise_extra_seconds)."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -125,6 +129,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         model, gpu, columns, seq_len, case.trainable_fraction, case.compute_overhead_fraction
     )
     compute_per_micro_batch = np.where(peak_flops_per_s(gpu, columns.precision) > 0, operators["compute_s"], np.inf)
+    if case.eager_kernels:
+        compute_per_micro_batch = compute_per_micro_batch + eager_elementwise_extra_seconds(model, gpu, columns, seq_len)
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
                              + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / columns.context_parallel
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
