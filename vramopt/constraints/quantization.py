@@ -8,7 +8,7 @@ with FP8). int8, int4 and fp4 trade accuracy that vramopt does not price, so the
 searched only when asked (``--allow quantization=bf16,fp8,int4``).
 
 Its memory term is the bytes per weight of each layout (``costs/kv_cache.quantized_weight_bytes``),
-its time term the GEMM rate of the precision it computes in (``costs/inference.gemm_flops_per_s``);
+its time term the GEMM rate of the precision it computes in (``costs/serving_operators.serving_gemm_flops_per_s``);
 both enter the serving evaluation's one coupled place, ``costs/inference.evaluate_serving``.
 """
 
@@ -20,7 +20,8 @@ import numpy as np
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import Technique, parse_choice
-from vramopt.costs.inference import QUANTIZATION_NEEDS, QUANTIZATIONS, gemm_flops_per_s
+from vramopt.costs.inference import QUANTIZATION_NEEDS, QUANTIZATIONS
+from vramopt.costs.serving_operators import serving_gemm_flops_per_s
 from vramopt.costs.kv_cache import quantized_weight_bytes
 
 QUANTIZATION_METHODS: dict[str, str | None] = {
@@ -92,7 +93,7 @@ QUANTIZATION = Technique(
     contribution=Contribution(
         validity=quantization_invalid_reasons,
         memory=quantized_weight_bytes,
-        time=gemm_flops_per_s,
+        time=serving_gemm_flops_per_s,
         contract=ContractField(name="quantization", json_type="string", enum=QUANTIZATIONS,
                                description="weight format: int8/int4 weight-only (group-128 fp16 scales), fp4 NVFP4 (fp8 scale per 16)"),
         display=lambda plan: str(plan["quantization"]),
