@@ -226,6 +226,10 @@ class TrainingPlan:
     'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
     expert_parallel: int = 1
     """Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py)."""
+    first_stage_layers: int = 0
+    """Layers of the first pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
+    last_stage_layers: int = 0
+    """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,6 +20,7 @@ RANGES = {
     "data_parallel": (1, 8), "precision": (0, 4), "micro_batch": (1, 4), "zero_stage": (0, 3), "offload": (0, 2),
     "grad_comm_precision": (0, 4), "optimizer": (0, 3), "checkpoint_kind": (0, 2), "checkpoint_every": (0, 4),
     "flash_attention": (0, 1), "sequence_parallel": (0, 1), "virtual_stages": (1, 4),
+    "first_stage_layers": (0, 4), "last_stage_layers": (0, 4),
 }
 
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cli_runner import invoke
+from vramopt.constraints.pipeline_stages import key_splits
 from vramopt.cluster import parse_cluster, parse_jobs
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import gpu_counts
@@ -236,9 +237,12 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
     experts = model.moe.experts if model.moe is not None else 1
     expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
+    first_layers, last_layers = domain("first_stage_layers", context, choices), domain("last_stage_layers", context, choices)
+    named = any(field in choices[kind] for kind in ("pin", "allow") for field in ("first_stage_layers", "last_stage_layers"))
     rows = []
     for count, t, cp, ep, p in itertools.product(counts, tensor, context_degrees, expert_degrees, pipeline):
-        if count % (t * cp * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+        splits = key_splits(model.layers, p, first_layers, last_layers, named)  # even, or uneven first/last stages
+        if count % (t * cp * p) != 0 or model.heads % t != 0 or not splits:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
             continue
@@ -249,10 +253,11 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
             continue
         if (cp * dp) % ep != 0:  # the expert layers refold cp x dp
             continue
-        for precision in precisions:
-            if gpu.supports(precision):
-                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep) for b in micro_batches
-                         if (workload.global_batch // dp) % b == 0]
+        for first, last in splits:
+            for precision in precisions:
+                if gpu.supports(precision):
+                    rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, first, last)
+                             for b in micro_batches if (workload.global_batch // dp) % b == 0]
     return rows
 
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.communication import group_bandwidth
+from vramopt.costs.pipeline_stages import heaviest_weight_stage, most_layers_on_a_stage, uneven
 from vramopt.models.parameters import mlp_parameters, moe_layer_count
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -61,6 +62,10 @@ def unsplit_expert_parameters_per_gpu(model: ModelSpec, columns: PlanColumns) ->
     experts, split by tp) minus what it holds with ep: the parameters ep takes off it."""
     layout = ParallelLayout.from_columns(columns)
     held_without = routed_expert_parameters(model) / layout.dense_weight_shards  # tp x pp, as dense layers
+    if model.moe is not None and np.any(uneven(columns)):  # the heaviest stage's share (costs/pipeline_stages.py)
+        layers, _ = heaviest_weight_stage(model, columns)
+        held_without = np.where(uneven(columns), routed_expert_parameters(model) * layers / model.layers / layout.tensor_parallel,
+                                held_without)
     return held_without * (1.0 - 1.0 / np.asarray(columns.expert_parallel))
 
 
@@ -81,6 +86,9 @@ def all_to_all_seconds_per_micro_batch(model: ModelSpec, gpu: GpuSpec, columns: 
         return np.zeros_like(ep)
     layout = ParallelLayout.from_columns(columns)
     moe_layers_per_stage = moe_layer_count(model.layers, model.moe) / layout.pipeline_parallel
+    if np.any(uneven(columns)):  # the stage with the most layers (costs/pipeline_stages.py)
+        moe_layers_per_stage = np.where(uneven(columns), moe_layer_count(model.layers, model.moe) / model.layers
+                                        * most_layers_on_a_stage(model, columns), moe_layers_per_stage)
     tokens = seq_len * columns.micro_batch / layout.token_shards
     bytes_out = tokens * model.moe.experts_per_token * model.hidden_size * DISPATCH_BYTES_PER_ELEMENT * (ep - 1.0) / ep
     passes = ALL_TO_ALLS_PER_LAYER + np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, 2, 0)

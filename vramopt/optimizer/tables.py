@@ -54,7 +54,7 @@ def bound_in_ticks(bound_s: float, tick_s: float) -> int:
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
-               "expert_parallel")
+               "expert_parallel", "first_stage_layers", "last_stage_layers")
 """A training key's columns (the serving keys are ``serving_problem.SERVING_KEY_COLUMNS``)."""
 
 
