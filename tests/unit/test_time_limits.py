@@ -237,11 +237,13 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
     experts = model.moe.experts if model.moe is not None else 1
     expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
-    first_layers, last_layers = domain("first_stage_layers", context, choices), domain("last_stage_layers", context, choices)
-    named = any(field in choices[kind] for kind in ("pin", "allow") for field in ("first_stage_layers", "last_stage_layers"))
+    stage_fields = ("first_stage_layers", "last_stage_layers")
+    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
+                                 for field in stage_fields)
+    forbidden = tuple(choices["forbid"].get(field, ()) for field in stage_fields)
     rows = []
     for count, t, cp, ep, p in itertools.product(counts, tensor, context_degrees, expert_degrees, pipeline):
-        splits = key_splits(model.layers, p, first_layers, last_layers, named)  # even, or uneven first/last stages
+        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden)  # even, or uneven first/last stages
         if count % (t * cp * p) != 0 or model.heads % t != 0 or not splits:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):

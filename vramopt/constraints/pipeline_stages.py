@@ -5,8 +5,7 @@ Key fields like pipeline_parallel: they decide which layers each stage holds. 0 
 default) means "as a middle stage"; both 0 is the even split. The values are Megatron-Core's
 ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``.
 
-Default domain: any count (0 to the layers); per pipeline degree the keys take the most
-balanced assignments Megatron can express
+Default domain: per pipeline degree, the most balanced assignments Megatron can express
 (``costs/pipeline_stages.stage_splits``): none beyond the even split for a degree that
 divides the layers, a few for the others (126 layers on 16 stages: 7 + 14 x 8 + 7, 8 + 14 x
 8 + 6 written (0, 6), 6 + ... + 8 written (6, 0)). A user's --pin/--allow adds every valid
@@ -23,6 +22,7 @@ from vramopt.costs.compute import slowest_stage_operator_seconds
 from vramopt.costs.pipeline_stages import (
     heaviest_weight_stage,
     is_valid_split,
+    pipeline_degrees,
     stage_activation_loads,
     stage_splits,
     uneven_invalid_reasons,
@@ -39,24 +39,34 @@ DEEPSPEED_SOURCE = ("DeepSpeed deepspeed/runtime/pipe/module.py PipelineModule._
                     "'parameters', 'uniform' or 'type:<regex>': no per-stage layer counts)")
 
 
-def _default_values(context: DomainContext) -> tuple[int, ...]:
-    """Every count from 0 to the layers: which pairs a pipeline degree's keys take is
-    ``key_splits``' choice (the most balanced per degree), so a pinned degree outside the
-    default pipeline domain still gets its splits."""
-    return tuple(range(context.layers + 1)) if context.kind != "infer" else (0,)
+def _default_values(index: int):
+    """0 and the counts of the default splits of every default pipeline degree (a few values,
+    whatever the layer count); which pair a degree's keys take is ``key_splits``' choice."""
+    def values(context: DomainContext) -> tuple[int, ...]:
+        found = {0}
+        if context.kind != "infer":
+            for degree in pipeline_degrees(context.layers, context.max_gpus):
+                found.update(split[index] for split in stage_splits(context.layers, degree))
+        return tuple(sorted(found))
+
+    return values
 
 
-def key_splits(layers: int, pipeline_parallel: int, first_values, last_values, named: bool) -> tuple[tuple[int, int], ...]:
-    """The (first, last) stage layer pairs one pipeline degree's keys take: the default
-    candidates left by the domains, and, when the user named values, every valid pair of
-    them (a pinned count need not be among the defaults)."""
-    splits = [split for split in stage_splits(layers, pipeline_parallel) if split[0] in first_values and split[1] in last_values]
-    if named:
-        for first in first_values:
-            for last in last_values:
+def key_splits(layers: int, pipeline_parallel: int, first_values, last_values, forbidden=((), ())) -> tuple[tuple[int, int], ...]:
+    """The (first, last) stage layer pairs one pipeline degree's keys take: its default
+    candidates (``stage_splits``) when the user named no values (``first_values`` and
+    ``last_values`` None), else every valid pair of the values named (the default domain of
+    a field the user left alone); ``forbidden`` values are left out either way."""
+    if first_values is None and last_values is None:
+        splits = list(stage_splits(layers, pipeline_parallel))
+    else:
+        splits = [split for split in stage_splits(layers, pipeline_parallel)
+                  if (first_values is None or split[0] in first_values) and (last_values is None or split[1] in last_values)]
+        for first in first_values if first_values is not None else sorted({split[0] for split in stage_splits(layers, pipeline_parallel)}):
+            for last in last_values if last_values is not None else sorted({split[1] for split in stage_splits(layers, pipeline_parallel)}):
                 if (first, last) not in splits and is_valid_split(layers, pipeline_parallel, first, last):
                     splits.append((first, last))
-    return tuple(splits)
+    return tuple(split for split in splits if split[0] not in forbidden[0] and split[1] not in forbidden[1])
 
 
 def _phrase(field: str, label: str):
@@ -83,7 +93,7 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
         group="key",
         description=f"layers of the {label} pipeline stage (0 = as a middle stage; Megatron {megatron_flag})",
         parse=parse_int(field, 0),
-        default_values=_default_values,
+        default_values=_default_values(index),
         columns=lambda value: {field: value},
         decode=lambda codes: int(codes[field]),
         contribution=Contribution(

@@ -252,8 +252,12 @@ def stage_counts(layers: int, pipeline_parallel: int, first: int, last: int) -> 
 
 def stage_count_sets(layers: int, degrees) -> list[tuple[int, set[int]]]:
     """(degree, the set of its stages' layer counts) for each default split of each degree."""
-    return [(degree, set(stage_counts(layers, degree, first, last))) for degree in degrees
-            for first, last in stage_splits(layers, degree)]
+    sets = []
+    for degree in degrees:
+        for first, last in stage_splits(layers, degree):
+            head, middle, tail, _ = (int(value) for value in stage_layers(layers, degree, first, last))
+            sets.append((degree, {head, tail} | ({middle} if degree > 2 else set()) if degree > 1 else {layers}))
+    return sets
 
 
 def pipeline_degrees(layers: int, max_gpus: int) -> tuple[int, ...]:

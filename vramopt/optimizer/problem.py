@@ -161,8 +161,10 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     experts = model.moe.experts if model.moe is not None else 1
     expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
     pipeline = domain("pipeline_parallel", context, choices)
-    first_layers, last_layers = domain("first_stage_layers", context, choices), domain("last_stage_layers", context, choices)
-    named_splits = any(field in choices[kind] for kind in ("pin", "allow") for field in STAGE_FIELDS)
+    # The stage layer counts the user named (None: each degree's default splits), and forbids.
+    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
+                                 for field in STAGE_FIELDS)
+    forbidden_layers = tuple(choices["forbid"].get(field, ()) for field in STAGE_FIELDS)
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
@@ -177,7 +179,7 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
         enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
     ):
-        splits = key_splits(model.layers, p, first_layers, last_layers, named_splits)  # even, or uneven first/last stages
+        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden_layers)  # even, or uneven first/last stages
         if model.heads % t != 0 or not splits:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
