@@ -130,6 +130,10 @@ plan_options = apply_options(
                      help="Experts' tensor-parallel degree (Megatron-Core ETP; 1 = whole experts per rank). "
                           "[default: 0 = the --tp degree]"),
         click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
+        click.option("--first-stage-layers", "first_stage_layers", type=click.IntRange(min=0, max=MAX_COUNT), default=0, show_default=True,
+                     help="Layers on the first pipeline stage (0 = as a middle stage; Megatron --decoder-first-pipeline-num-layers)."),
+        click.option("--last-stage-layers", "last_stage_layers", type=click.IntRange(min=0, max=MAX_COUNT), default=0, show_default=True,
+                     help="Layers on the last pipeline stage (0 = as a middle stage; Megatron --decoder-last-pipeline-num-layers)."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
                      help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
         click.option("--virtual-stages", type=POSITIVE, default=1, show_default=True,
@@ -164,7 +168,8 @@ plan_options = apply_options(
 TRAINING_ONLY = {
     "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
     "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "expert_parallel": "--ep",
-    "expert_tensor_parallel": "--etp", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
+    "expert_tensor_parallel": "--etp", "first_stage_layers": "--first-stage-layers",
+    "last_stage_layers": "--last-stage-layers", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
     "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
     "micro_batch": "--micro-batch", "optimizer": "--optimizer",
 }

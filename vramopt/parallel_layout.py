@@ -56,7 +56,8 @@ class ParallelLayout:
     tensor_parallel: Any
     """Ranks that split every weight matrix and the attention heads (Megatron-LM)."""
     pipeline_parallel: Any
-    """Stages the layers are split into (equal stages)."""
+    """Stages the layers are split into (equal stages, or uneven first/last stages:
+    costs/pipeline_stages.py)."""
     data_parallel: Any
     """Model replicas that each take a share of the global batch."""
     context_parallel: Any = 1
@@ -256,13 +257,16 @@ class ParallelLayout:
     # -- validity -------------------------------------------------------------------------
 
     def invalid_reasons(self, *, gpus, heads: int, kv_heads: int, layers: int,
-                        global_batch=None, micro_batch=None, experts: int | None = None) -> dict[str, Any]:
-        """Masks (or booleans) of layouts that break a divisibility rule, keyed by message."""
+                        global_batch=None, micro_batch=None, experts: int | None = None,
+                        uneven_stages=False) -> dict[str, Any]:
+        """Masks (or booleans) of layouts that break a divisibility rule, keyed by message;
+        ``uneven_stages`` marks plans whose first/last stage layer counts replace the even
+        split (their rules: costs/pipeline_stages.py)."""
         t = self.tensor_parallel
         kv_ok = (kv_heads % t == 0) | (t % kv_heads == 0)
         reasons = {
             "tensor_parallel must divide the attention heads": (heads % t != 0) | ~np.asarray(kv_ok),
-            "pipeline_parallel must divide the layers": layers % self.pipeline_parallel != 0,
+            "pipeline_parallel must divide the layers": (layers % self.pipeline_parallel != 0) & ~np.asarray(uneven_stages),
             "tensor_parallel x context_parallel x pipeline_parallel x data_parallel must equal the GPU count": ~np.asarray(
                 self.matches(gpus)
             ),

@@ -57,6 +57,10 @@ def check_sizes(plan: TrainingPlan) -> None:
     etp = plan.expert_tensor_parallel
     if isinstance(etp, bool) or not isinstance(etp, int) or not 1 <= etp <= MAX_COUNT:
         raise InputError(f"expert_tensor_parallel must be an integer from 1 to {MAX_COUNT:,} (or 0 for tensor_parallel), got {etp!r}")
+    for field in ("first_stage_layers", "last_stage_layers"):  # 0 = as a middle stage
+        value = getattr(plan, field)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise InputError(f"{field} must be an integer from 0 to {MAX_COUNT:,}, got {value!r}")
     if plan.zero_stage not in (0, 1, 2, 3) or isinstance(plan.zero_stage, bool):
         raise InputError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     product = ParallelLayout.from_plan(plan).replica_gpus
@@ -116,7 +120,10 @@ def describe(plan: TrainingPlan) -> str:
         + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
         + (f"ep={plan.expert_parallel} " if plan.expert_parallel > 1 else "")
         + (f"etp={plan.expert_tensor_parallel} " if plan.expert_tensor_parallel != plan.tensor_parallel else "")
-        + f"pp={plan.pipeline_parallel} dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
+        + f"pp={plan.pipeline_parallel} "
+        + (f"(first stage {plan.first_stage_layers or '='}, last stage {plan.last_stage_layers or '='} layers) "
+           if plan.first_stage_layers or plan.last_stage_layers else "")
+        + f"dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
     )
 
 

@@ -247,6 +247,10 @@ class TrainingPlan:
     """Ranks that split each routed expert's matrices (Megatron-Core ETP); 0 (the default)
     stands for the tensor-parallel degree, Megatron-Core's default, and is resolved to it on
     construction, so a plan always carries the degree it runs (costs/expert_parallel.py)."""
+    first_stage_layers: int = 0
+    """Layers of the first pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
+    last_stage_layers: int = 0
+    """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
 
     def __post_init__(self) -> None:
         if self.expert_tensor_parallel == 0 and not isinstance(self.expert_tensor_parallel, bool):

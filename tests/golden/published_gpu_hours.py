@@ -4,9 +4,10 @@
 Protocol, the same for every row: the fastest plan vramopt finds (objective throughput)
 on up to the run's GPU count of its GPU type, at its sequence length, global batch and
 precision (pinned), then the plan's time and cost for the run's token budget. The runs'
-own layouts are not all expressible: DeepSeek-V3 used expert parallelism (vramopt has
-none yet) and 16 pipeline stages over 61 layers; Llama 3.1 405B 16 stages over 126 layers
-(vramopt's stages hold equal layer counts, so pp must divide the layers).
+own layouts are expressible (DeepSeek-V3's 16 stages over 61 layers and Llama 3.1 405B's
+16 over 126 as uneven first/last stages, costs/pipeline_stages.py), but the search picks
+vramopt's fastest plan, not theirs (tests/golden/test_uneven_pipeline_stages.py evaluates
+the published layouts themselves).
 """
 
 from __future__ import annotations

@@ -171,6 +171,57 @@ def test_cp_sat_equals_exhaustive_with_context_parallelism(request):
     assert memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
 
 
+@st.composite
+def uneven_stage_requests(draw):
+    """Layer counts no power-of-two pipeline divides: DeepSeek-V3's 61 (prime) and Llama 3
+    405B's 126, so the pipeline plans in the space all have uneven first/last stages."""
+    workload = TrainingWorkload(
+        model=draw(st.sampled_from(("deepseek-v3", "llama-3.1-405b"))),
+        seq_len=draw(st.sampled_from((2048, 4096))),
+        global_batch=draw(st.sampled_from((16, 64))),
+        headroom_fraction=draw(st.sampled_from((0.0, 0.1))),
+    )
+    pin = {"tensor_parallel": draw(st.sampled_from(("4", "8")))}
+    pin_field = draw(st.sampled_from((None, "first_stage_layers", "last_stage_layers", "checkpointing", "zero_stage")))
+    if pin_field in ("first_stage_layers", "last_stage_layers"):
+        pin[pin_field] = draw(st.sampled_from(("0", "2", "3", "7")))
+    elif pin_field:
+        pin[pin_field] = draw(st.sampled_from(PIN_CHOICES[pin_field]))
+    objective = draw(st.sampled_from(("throughput", "per-gpu")))
+    space = SearchSpace(
+        gpus=(draw(st.sampled_from(("h100", "b200", "h200"))),),
+        max_gpus=draw(st.sampled_from((16, 32, 64))),
+        pin=pin,
+        objective=objective,
+        workers=1,
+    )
+    return workload, space
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=20)
+@given(uneven_stage_requests())
+def test_cp_sat_equals_exhaustive_with_uneven_pipeline_stages(request):
+    """issue 14 item 3: the first/last stage layer fields keep CP-SAT exact against brute force."""
+    workload, space = request
+    problem = _problem(workload, space)
+    outcome = solve_cp(problem, time_limit_s=60.0, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return
+    assert outcome.choice is not None and outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    keys = problem.keys
+    event(f"chosen pp={int(keys['pipeline_parallel'][exhaustive.key])} uneven="
+          f"{bool(keys['first_stage_layers'][exhaustive.key] or keys['last_stage_layers'][exhaustive.key])}")
+    estimate = estimate_training(workload, decode_choice(problem, exhaustive))
+    memory = estimate.memory_dict()
+    assert memory["fits"] and memory["total_bytes"] <= memory["capacity_bytes"] * (1 - workload.headroom_fraction)
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_every_returned_plan_keeps_headroom_in_floating_point(request):

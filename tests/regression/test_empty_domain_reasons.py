@@ -86,8 +86,10 @@ def test_json_output_of_an_empty_domain():
     [
         (["--pin", "tensor_parallel=3"], ["tensor_parallel has no value left", "3 (pinned) is not a divisor of llama-3.1-8b's 32 attention heads",
                                           "valid: 1, 2, 4, 8"], "--pin tensor_parallel=2"),
-        (["--pin", "pipeline_parallel=3"], ["pipeline_parallel has no value left", "not a divisor of llama-3.1-8b's 32 layers"],
-         "--pin pipeline_parallel=2"),
+        # 3 stages now split 32 layers unevenly (11 + 11 + 10, issue 14 item 3); 20 has no split.
+        (["--pin", "pipeline_parallel=20"], ["pipeline_parallel has no value left",
+                                             "neither a divisor of llama-3.1-8b's 32 layers nor a degree with an uneven split"],
+         "--pin pipeline_parallel=8"),
         (["--pin", "gpus=16"], ["gpus has no value left", "16 (pinned) is above --max-gpus 8"], "--max-gpus 16"),
         (["--pin", "sequence_parallel=true", "--pin", "tensor_parallel=1"],
          ["sequence_parallel has no value left", "needs tensor_parallel > 1"], "--pin sequence_parallel=false"),

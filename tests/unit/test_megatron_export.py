@@ -33,6 +33,10 @@ PLANS = {
     "offload-fp32-reduce-no-flash": (TrainingWorkload(model="8b", seq_len=2048, global_batch=32),
                                      TrainingPlan(gpu="h100", gpus=4, zero_stage=1, offload="cpu", grad_comm_precision="fp32",
                                                   flash_attention=False, checkpointing="full")),
+    # Llama 3 405B's uneven stages (issue 14 item 3): 7 + 14 x 8 + 7 layers.
+    "405b-tp8-pp16-uneven": (TrainingWorkload(model="405b", seq_len=8192, global_batch=64),
+                             TrainingPlan(gpu="h100", gpus=128, tensor_parallel=8, sequence_parallel=True, pipeline_parallel=16,
+                                          first_stage_layers=7, last_stage_layers=7, zero_stage=1, checkpointing="full")),
     "mixtral-moe": (TrainingWorkload(model="mixtral-8x7b", global_batch=64),
                     TrainingPlan(gpu="h100", gpus=16, tensor_parallel=8, sequence_parallel=True, zero_stage=1, checkpointing="full")),
 }
@@ -99,6 +103,8 @@ def test_the_arguments_build_megatron_cores_transformer_config(name):
         tensor_model_parallel_size=parsed.tensor_model_parallel_size, pipeline_model_parallel_size=parsed.pipeline_model_parallel_size,
         context_parallel_size=parsed.context_parallel_size, sequence_parallel=parsed.sequence_parallel,
         virtual_pipeline_model_parallel_size=parsed.num_virtual_stages_per_pipeline_rank,
+        num_layers_in_first_pipeline_stage=parsed.decoder_first_pipeline_num_layers,
+        num_layers_in_last_pipeline_stage=parsed.decoder_last_pipeline_num_layers,
         pipeline_dtype=torch.bfloat16 if parsed.bf16 else (torch.float16 if parsed.fp16 else torch.float32),
         bf16=parsed.bf16, fp16=parsed.fp16, fp8=parsed.fp8,
         recompute_granularity=parsed.recompute_granularity, recompute_method=parsed.recompute_method,

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, OFFLOAD_CPU, OFFLOAD_NONE, OFFLOAD_NVME, PlanColumns
 from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
+from vramopt.costs.pipeline_stages import stage_counts, stage_splits
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
@@ -43,7 +44,9 @@ def keys(draw):
     model = load_model(draw(st.sampled_from(MODELS)))
     gpu = load_gpu(draw(st.sampled_from(GPUS)))
     tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if model.heads % t == 0]))
-    pp = draw(st.sampled_from([p for p in (1, 2, 4, 8) if model.layers % p == 0]))
+    # Uneven stages too (costs/pipeline_stages.py): DeepSeek-V3's 61 layers pipeline only so.
+    pp = draw(st.sampled_from([p for p in (1, 2, 4, 8, 16) if model.layers % p == 0 or stage_splits(model.layers, p)]))
+    first, last = draw(st.sampled_from(stage_splits(model.layers, pp)))
     dp = draw(st.sampled_from((1, 2, 4, 16)))
     precision = draw(st.sampled_from([name for name in PRECISIONS if name in gpu.peak_flops_per_s]))
     micro_batch = draw(st.sampled_from((1, 2, 4)))
@@ -52,7 +55,7 @@ def keys(draw):
     cp = draw(st.sampled_from((1, 2, 4)))
     experts = model.moe.experts if model.moe is not None else 1
     ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if experts % e == 0 and (cp * dp) % e == 0]))
-    return dict(model=model, gpu=gpu, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, precision=PRECISIONS.index(precision),
+    return dict(model=model, gpu=gpu, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, first=first, last=last, precision=PRECISIONS.index(precision),
                 micro_batch=micro_batch, global_batch=dp * micro_batch * accumulation, seq_len=seq_len)
 
 
@@ -67,10 +70,11 @@ def states():
 
 @st.composite
 def activation_choices(draw, key):
-    layers_per_stage = key["model"].layers // key["pp"]
+    counts = stage_counts(key["model"].layers, key["pp"], key["first"], key["last"])
+    layers_per_stage = min(counts)
     kind = draw(st.sampled_from((CHECKPOINT_NONE, CHECKPOINT_SELECTIVE, CHECKPOINT_EVERY)))
     every = draw(st.integers(1, layers_per_stage)) if kind == CHECKPOINT_EVERY else 0
-    virtual = [v for v in (1, 2, 3) if layers_per_stage % v == 0] if key["pp"] > 1 else [1]
+    virtual = [v for v in (1, 2, 3) if all(count % v == 0 for count in counts)] if key["pp"] > 1 else [1]
     return dict(
         checkpoint_kind=kind,
         checkpoint_every=every,
@@ -85,7 +89,7 @@ def evaluate_combinations(key, combinations):
     for state, activation in combinations:
         rows.append(dict(
             gpus=key["tp"] * key["cp"] * key["pp"] * key["dp"], tensor_parallel=key["tp"], context_parallel=key["cp"],
-            pipeline_parallel=key["pp"], expert_parallel=key["ep"],
+            pipeline_parallel=key["pp"], expert_parallel=key["ep"], first_stage_layers=key["first"], last_stage_layers=key["last"],
             data_parallel=key["dp"], precision=key["precision"], micro_batch=key["micro_batch"], **state, **activation,
         ))
     plans = PlanColumns(**{name: np.array([row[name] for row in rows], dtype=np.int64) for name in rows[0]})
@@ -151,4 +155,5 @@ def test_constraints_registry_agrees_on_the_split():
     assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
     assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel",
-                                        "expert_tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch"}
+                                        "expert_tensor_parallel", "pipeline_parallel", "first_stage_layers", "last_stage_layers",
+                                        "data_parallel", "precision", "micro_batch"}

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cli_runner import invoke
+from vramopt.constraints.pipeline_stages import key_splits
 from vramopt.cluster import parse_cluster, parse_jobs
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import gpu_counts
@@ -238,16 +239,20 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
     experts = model.moe.experts if model.moe is not None else 1
     expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
     etp_codes = domain("expert_tensor_parallel", context, choices)  # 0 = tp
+    etp_named = any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow"))
+    stage_fields = ("first_stage_layers", "last_stage_layers")
+    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
+                                 for field in stage_fields)
+    forbidden = tuple(choices["forbid"].get(field, ()) for field in stage_fields)
     rows = []
     for count, t, cp, ep, etp_code, p in itertools.product(counts, tensor, context_degrees, expert_degrees, etp_codes, pipeline):
         etp = etp_code or t
         if etp_code and etp_code == t and 0 in etp_codes:  # the same layout as the code 0, listed first
             continue
-        if etp != t and model.moe is None:
-            continue
-        if not any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow")) and ep == 1 and etp != t:
-            continue  # by default whole experts only with expert parallelism
-        if count % (t * cp * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+        if etp != t and (model.moe is None or (ep == 1 and not etp_named)):
+            continue  # whole experts: MoE only, and by default only with expert parallelism
+        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden)  # even, or uneven first/last stages
+        if count % (t * cp * p) != 0 or model.heads % t != 0 or not splits:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
             continue
@@ -258,10 +263,11 @@ def plain_training_keys(gpu_index, gpu, model, workload, space, context, choices
             continue
         if (t * cp * dp) % (ep * etp) != 0:  # the expert layers refold tp x cp x dp as etp x ep x edp
             continue
-        for precision in precisions:
-            if gpu.supports(precision):
-                rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code) for b in micro_batches
-                         if (workload.global_batch // dp) % b == 0]
+        for first, last in splits:
+            for precision in precisions:
+                if gpu.supports(precision):
+                    rows += [(gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code, first, last)
+                             for b in micro_batches if (workload.global_batch // dp) % b == 0]
     return rows
 
 

@@ -15,6 +15,7 @@ import math
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.parallelism import divisors
 from vramopt.constraints.technique import Technique
+from vramopt.costs.pipeline_stages import fewest_layers_on_a_stage, stage_counts
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
 from vramopt.costs.compute import recompute_flops_per_token
 from vramopt.costs.memory import activation_bytes
@@ -66,7 +67,7 @@ def _columns(value: str) -> dict[str, int]:
 def checkpointing_invalid_reasons(case, columns) -> dict:
     return {
         "checkpointing every k needs 1 <= k <= layers per stage": (columns.checkpoint_kind == CHECKPOINT_EVERY)
-        & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > case.model.layers // columns.pipeline_parallel)),
+        & ((columns.checkpoint_every < 1) | (columns.checkpoint_every > fewest_layers_on_a_stage(case.model, columns))),
     }
 
 
@@ -78,7 +79,8 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
         return ["checkpointing selective (recompute the attention core only) is a Megatron-LM notion "
                 "(--recompute-granularity selective) with no DeepSpeed config key; use Megatron-DeepSpeed, "
                 "or FlashAttention, whose backward already recomputes the attention scores"]
-    layers_per_stage = math.ceil(draft.model["layers"] / draft.plan["pipeline_parallel"])
+    layers_per_stage = max(stage_counts(draft.model["layers"], draft.plan["pipeline_parallel"],
+                                        draft.plan.get("first_stage_layers", 0), draft.plan.get("last_stage_layers", 0)))
     draft.content["activation_checkpointing"] = {
         # Shard the checkpointed inputs over the tensor-parallel group: what sequence
         # parallelism does to them in the plan's activation model (Korthikanti et al. 2022).

@@ -4,7 +4,8 @@ sequence parallelism and the interleaved pipeline schedule.
 Domains: tensor parallel in powers of two up to the NVLink domain (Narayanan et al. 2021
 takeaway 1: keep tensor parallelism inside a server) unless allowed across nodes; pipeline
 parallel over the divisors of the layer count (equal stages; for serving up to 8, since a
-replica beyond 8 stages only adds latency); data parallel is derived,
+replica beyond 8 stages only adds latency) and, for training, the powers of two that split
+the layers with fewer on the first or last stage (costs/pipeline_stages.py); data parallel is derived,
 ``gpus / (tp * pp)``; virtual stages 1, 2 or 4 (Narayanan et al. 2021 section 2.2.2).
 """
 
@@ -21,6 +22,7 @@ from vramopt.costs.activations import layer_bytes
 from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
 from vramopt.costs.gemm import gemm_seconds
 from vramopt.costs.memory import in_flight_micro_batches, parameters_per_gpu
+from vramopt.costs.pipeline_stages import divides_every_stage, pipeline_degrees, uneven
 from vramopt.costs.training import gpus_on_busiest_node
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import WORKLOADS
@@ -73,7 +75,7 @@ def layout_invalid_reasons(case, columns) -> dict[str, Any]:
     model = case.model
     return ParallelLayout.from_columns(columns).invalid_reasons(
         gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
-        global_batch=case.global_batch, micro_batch=columns.micro_batch)
+        global_batch=case.global_batch, micro_batch=columns.micro_batch, uneven_stages=uneven(columns))
 
 
 def virtual_stages_invalid_reasons(case, columns) -> dict[str, Any]:
@@ -83,7 +85,8 @@ def virtual_stages_invalid_reasons(case, columns) -> dict[str, Any]:
     micro_batches = ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
     return {
         "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
-        & ((p == 1) | ((case.model.layers // p) % v != 0) | (np.round(micro_batches) % p != 0)),
+        & ((p == 1) | ~divides_every_stage(case.model.layers, p, columns.first_stage_layers, columns.last_stage_layers, v)
+           | (np.round(micro_batches) % p != 0)),
     }
 
 
@@ -233,7 +236,7 @@ PIPELINE_PARALLEL = Technique(
     group="key",
     description="pipeline parallel degree (equal stages)",
     parse=parse_int("pipeline_parallel", 1),
-    default_values=lambda context: divisors(context.layers)
+    default_values=lambda context: pipeline_degrees(context.layers, context.max_gpus)
     if context.kind != "infer"
     else tuple(value for value in divisors(context.layers) if value <= 8),
     columns=lambda value: {"pipeline_parallel": value},

@@ -17,6 +17,7 @@ from vramopt.constraints import (
     offload,
     optimizer_format,
     parallelism,
+    pipeline_stages,
     precision,
     quantization,
     speculative,
@@ -24,7 +25,7 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, context_parallel, expert_parallel, precision, batching, zero, offload, optimizer_format, checkpointing, attention, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, offload, optimizer_format, checkpointing, attention, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
@@ -37,7 +38,7 @@ half-done."""
 
 PLAN_ORDER = (
     "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-    "pipeline_parallel", "data_parallel",
+    "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel",
     "sequence_parallel", "virtual_stages", "zero_stage", "checkpointing", "precision", "grad_comm_precision",
     "offload", "optimizer", "flash_attention", "seq_len", "micro_batch", "grad_accumulation", "global_batch",
 )
@@ -51,7 +52,7 @@ WORKLOAD_PLAN_FIELDS = ("nodes", "seq_len", "grad_accumulation", "global_batch")
 workload's batch (seq_len, global_batch) with the accumulation it implies."""
 
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-              "pipeline_parallel", "data_parallel", "precision", "micro_batch")
+              "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")

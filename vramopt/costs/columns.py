@@ -42,6 +42,10 @@ class PlanColumns:
     """Ranks that split the routed experts (costs/expert_parallel.py); 1 = none."""
     expert_tensor_parallel: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     """Ranks that split each routed expert's matrices; 0 = the tensor-parallel degree."""
+    first_stage_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """Layers of the first pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
+    last_stage_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":

@@ -25,6 +25,7 @@ import numpy as np
 
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
+from vramopt.costs.pipeline_stages import most_layers_on_a_stage
 from vramopt.costs.precision import PRECISION_BYTES, PRECISION_COMMUNICATION_BYTES
 from vramopt.types import GpuSpec, ModelSpec
 
@@ -60,7 +61,7 @@ def tensor_parallel_seconds_per_micro_batch(
     model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int
 ) -> np.ndarray:
     t = columns.tensor_parallel.astype(float)
-    layers_per_stage = model.layers / columns.pipeline_parallel
+    layers_per_stage = most_layers_on_a_stage(model, columns)  # layers / pp for even stages
     message = seq_len * columns.micro_batch * model.hidden_size * PRECISION_COMMUNICATION_BYTES[columns.precision]
     count = TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER + np.where(
         columns.checkpoint_kind == CHECKPOINT_EVERY, RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, 0

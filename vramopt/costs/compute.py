@@ -18,6 +18,7 @@ import numpy as np
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanColumns
 from vramopt.costs.operators import micro_batch_operator_seconds
+from vramopt.costs.pipeline_stages import uneven
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec
 
 def non_embedding_active_parameters(model: ModelSpec) -> float:
@@ -80,6 +81,7 @@ def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
 OPERATOR_COLUMNS = (
     "tensor_parallel", "pipeline_parallel", "context_parallel", "micro_batch", "precision",
     "flash_attention", "sequence_parallel", "checkpoint_kind", "expert_parallel", "expert_tensor_parallel",
+    "first_stage_layers", "last_stage_layers",
 )
 """The plan columns ``costs/operators.py`` reads."""
 
@@ -113,7 +115,7 @@ def micro_batch_operator_times(
         key = key * len(values) + codes.reshape(-1)  # mixed radix over the distinct values
     combinations = int(np.prod([len(values) for values in values_by_column.values()], dtype=float))
     if combinations >= 2**62:  # too many distinct values to pack: time every row
-        return micro_batch_operator_seconds(
+        return slowest_stage_operator_seconds(
             model, gpu, columns, seq_len, trainable_fraction, compute_overhead_fraction, linear_parameters
         )
     unique_keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -121,11 +123,28 @@ def micro_batch_operator_times(
     reduced = PlanColumns(**defaults, **{
         name: np.broadcast_to(np.asarray(getattr(columns, name)), (size,))[first] for name in OPERATOR_COLUMNS
     })
-    times = micro_batch_operator_seconds(
+    times = slowest_stage_operator_seconds(
         model, gpu, reduced, seq_len, trainable_fraction, compute_overhead_fraction, linear_parameters
     )
     inverse = np.asarray(inverse).reshape(-1)
     return {name: np.broadcast_to(np.asarray(value, dtype=float), (len(unique_keys),))[inverse] for name, value in times.items()}
+
+
+def slowest_stage_operator_seconds(
+    model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int, trainable_fraction: float,
+    compute_overhead_fraction: float, linear_parameters: float,
+) -> dict[str, np.ndarray]:
+    """The operator times of the slowest pipeline stage: the last (its layers, the head and
+    the loss) unless, with uneven stages, the heaviest other stage's layers take longer
+    (costs/pipeline_stages.py); every part comes from the same stage."""
+    last = micro_batch_operator_seconds(model, gpu, columns, seq_len, trainable_fraction, compute_overhead_fraction,
+                                        linear_parameters)
+    if not np.any(uneven(columns)):
+        return last
+    inner = micro_batch_operator_seconds(model, gpu, columns, seq_len, trainable_fraction, compute_overhead_fraction,
+                                         linear_parameters, stage="inner")
+    slower = uneven(columns) & (np.asarray(inner["compute_s"]) > np.asarray(last["compute_s"]))
+    return {name: np.where(slower, inner[name], value) for name, value in last.items()}
 
 
 def micro_batch_compute_seconds(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vramopt.costs.pipeline_stages import most_layers_on_a_stage, timed_stage_layers, uneven
 from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns, sharding_group  # noqa: F401 (re-exported)
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.operators import attention_core_seconds
@@ -124,7 +125,8 @@ def attention_forward_seconds_per_layer(model: ModelSpec, gpu: GpuSpec, columns:
     """Forward attention-core time of one layer on one rank, as the compute model charges it
     (``operators.attention_core_seconds``, per layer of the stage)."""
     forward, _ = attention_core_seconds(model, gpu, columns, int(seq_len))
-    return forward * columns.pipeline_parallel / model.layers
+    timed_layers = timed_stage_layers(model, columns, "last")  # the stage attention_core_seconds times
+    return np.where(uneven(columns), forward / np.maximum(timed_layers, 1), forward * columns.pipeline_parallel / model.layers)
 
 
 def ring_transfer_seconds_per_step(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len) -> np.ndarray:
@@ -144,7 +146,7 @@ def ring_seconds_per_micro_batch(model: ModelSpec, gpu: GpuSpec, columns: PlanCo
         zeros = np.zeros(len(columns))
         return {"ring_transfer_s": zeros, "ring_exposed_s": zeros}
     steps = cp - 1.0
-    layers = model.layers / columns.pipeline_parallel
+    layers = most_layers_on_a_stage(model, columns)  # layers / pp for even stages (costs/pipeline_stages.py)
     transfer = ring_transfer_seconds_per_step(model, gpu, columns, seq_len)
     attention_step = attention_forward_seconds_per_layer(model, gpu, columns, seq_len) / cp
     forward_exposed = np.maximum(0.0, transfer - attention_step)

@@ -51,6 +51,7 @@ from vramopt.costs.communication import (
     group_bandwidth,
 )
 from vramopt.costs.precision import PRECISION_COMMUNICATION_BYTES
+from vramopt.costs.pipeline_stages import heaviest_weight_stage, most_layers_on_a_stage, uneven
 from vramopt.models.parameters import mlp_parameters, moe_layer_count
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -80,6 +81,9 @@ def unsplit_expert_parameters_per_gpu(model: ModelSpec, columns: PlanColumns) ->
         return np.zeros(len(columns.tensor_parallel))
     layout = ParallelLayout.from_columns(columns)
     stage_experts = routed_expert_parameters(model) / layout.pipeline_parallel
+    if np.any(uneven(columns)):  # the heaviest stage's share (costs/pipeline_stages.py)
+        layers, _ = heaviest_weight_stage(model, columns)
+        stage_experts = np.where(uneven(columns), routed_expert_parameters(model) * layers / model.layers, stage_experts)
     return stage_experts * (1.0 / layout.tensor_parallel - 1.0 / layout.expert_weight_shards)
 
 
@@ -107,6 +111,9 @@ def all_to_all_seconds_per_micro_batch(model: ModelSpec, gpu: GpuSpec, columns: 
         return np.zeros_like(ep)
     layout = ParallelLayout.from_columns(columns)
     moe_layers_per_stage = moe_layer_count(model.layers, model.moe) / layout.pipeline_parallel
+    if np.any(uneven(columns)):  # the stage with the most layers (costs/pipeline_stages.py)
+        moe_layers_per_stage = np.where(uneven(columns), moe_layer_count(model.layers, model.moe) / model.layers
+                                        * most_layers_on_a_stage(model, columns), moe_layers_per_stage)
     tokens = seq_len * columns.micro_batch / layout.token_shards
     bytes_out = tokens * model.moe.experts_per_token * model.hidden_size * DISPATCH_BYTES_PER_ELEMENT * (ep - 1.0) / ep
     passes = ALL_TO_ALLS_PER_LAYER + np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, 2, 0)
@@ -125,6 +132,9 @@ def moe_tensor_parallel_adjustment_s(model: ModelSpec, gpu: GpuSpec, columns: Pl
     if model.moe is None or bool(np.all(etp == tp)):
         return np.zeros(len(columns.tensor_parallel))
     moe_layers_per_stage = moe_layer_count(model.layers, model.moe) / layout.pipeline_parallel
+    if np.any(uneven(columns)):  # the collectives of the stage with the most layers (costs/pipeline_stages.py)
+        moe_layers_per_stage = np.where(uneven(columns), moe_layer_count(model.layers, model.moe) / model.layers
+                                        * most_layers_on_a_stage(model, columns), moe_layers_per_stage)
     message = seq_len * columns.micro_batch * model.hidden_size * PRECISION_COMMUNICATION_BYTES[columns.precision]
     count = (TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER
              + np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, 0)) / 2.0

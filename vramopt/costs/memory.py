@@ -24,6 +24,7 @@ from vramopt.costs.columns import (
 )
 from vramopt.costs.expert_parallel import unsplit_expert_parameters_per_gpu
 from vramopt.costs.optimizer_states import state_bytes_per_parameter
+from vramopt.costs.pipeline_stages import heaviest_weight_stage, stage_activation_loads, uneven
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE, PRECISION_BYTES
 from vramopt.types import ModelSpec
 
@@ -34,15 +35,17 @@ PREFETCH_LAYERS = 2
 def parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
     """Parameters a GPU holds before ZeRO sharding, on the heaviest pipeline stage.
 
-    Layers split evenly over stages; the input embedding lives on the first stage and the
-    output head on the last (with tied embeddings both hold a copy), all split by tp.
+    Layers split evenly over stages, or as the plan's first/last stage layers say
+    (costs/pipeline_stages.py: the stage with the most parameters); the input embedding
+    lives on the first stage and the output head on the last (with tied embeddings both hold
+    a copy), all split by tp.
     """
-    embedding = model.parameters.embedding
-    layer_params = model.parameters.total - embedding
+    layer_params = model.parameters.total - model.parameters.embedding
     pipeline = columns.pipeline_parallel.astype(float)
-    stage_embedding = np.where((pipeline == 1) | model.tied_embeddings, embedding, embedding / 2.0)
+    layers, stage_embedding = heaviest_weight_stage(model, columns)  # embedding: all at pp 1 or tied, else half
+    stage_params = np.where(uneven(columns), layer_params * layers / model.layers, layer_params / pipeline)
     # Expert parallelism keeps 1/ep of the stage's routed experts (costs/expert_parallel.py).
-    return (layer_params / pipeline + stage_embedding) / columns.tensor_parallel - unsplit_expert_parameters_per_gpu(model, columns)
+    return (stage_params + stage_embedding) / columns.tensor_parallel - unsplit_expert_parameters_per_gpu(model, columns)
 
 
 def sharded_parameters_per_gpu(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
@@ -122,8 +125,9 @@ def in_flight_micro_batches(columns: PlanColumns, micro_batches: np.ndarray) -> 
 def activation_bytes(
     model: ModelSpec, shape: ActivationShape, columns: PlanColumns, seq_len: int, micro_batches: np.ndarray
 ) -> np.ndarray:
-    """Saved activations on pipeline stage 0 (the stage that holds the most)."""
-    layers_per_stage = model.layers / columns.pipeline_parallel
+    """Saved activations on the pipeline stage that holds the most: stage 0 for even stages;
+    with uneven stages the most of the first, the first middle and the last stage
+    (costs/pipeline_stages.py)."""
     keep_scores = (columns.flash_attention == 0) & (columns.checkpoint_kind == CHECKPOINT_NONE)
     full_layer = layer_bytes(
         shape, seq_len, columns.micro_batch, columns.tensor_parallel, columns.sequence_parallel, keep_scores
@@ -133,16 +137,19 @@ def activation_bytes(
         columns.flash_attention == 0,
     )
     in_flight = in_flight_micro_batches(columns, micro_batches)
-    stored = np.where(
-        columns.checkpoint_kind == CHECKPOINT_EVERY,
-        np.ceil(layers_per_stage / np.maximum(columns.checkpoint_every, 1)) * checkpoint_bytes(shape, seq_len, columns.micro_batch),
-        layers_per_stage * full_layer,
-    )
+    stored_most = 0.0
+    for layers_per_stage, stage_in_flight in stage_activation_loads(model, columns, in_flight, micro_batches):
+        stored = np.where(
+            columns.checkpoint_kind == CHECKPOINT_EVERY,
+            np.ceil(layers_per_stage / np.maximum(columns.checkpoint_every, 1)) * checkpoint_bytes(shape, seq_len, columns.micro_batch),
+            layers_per_stage * full_layer,
+        )
+        stored_most = np.maximum(stored_most, stage_in_flight * stored)
     # Under full recomputation one segment of k layers is rebuilt at a time for one
     # micro-batch, on top of every micro-batch's stored checkpoints.
     segment = np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, columns.checkpoint_every * working_layer, 0.0)
     scale = PRECISION_ACTIVATION_SCALE[columns.precision]
-    return (in_flight * stored + segment) * scale
+    return (stored_most + segment) * scale
 
 
 def logits_bytes(model: ModelSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:

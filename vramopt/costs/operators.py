@@ -31,7 +31,8 @@ Per layer, for ``T = s * b / cp`` tokens on one tensor-parallel rank (``t`` rank
 Pipeline stages. Megatron-LM and torchtitan place the output head and the loss on the last
 stage, so under pipeline parallelism that stage is the slowest and sets the pace of the
 schedule: the time returned is the last stage's (its ``layers / pp`` layers plus the head and
-the loss; at pp = 1 the whole model). Everything is numpy over ``PlanColumns``.
+the loss; at pp = 1 the whole model), or with ``stage="inner"`` the heaviest other stage's
+layers without the head (uneven stages, costs/pipeline_stages.py; compute.py takes the slower). Everything is numpy over ``PlanColumns``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import numpy as np
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanColumns
 from vramopt.costs.gemm import gemm_seconds, generation_of
+from vramopt.costs.pipeline_stages import timed_stage_layers
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE
 from vramopt.models.parameters import moe_layer_count
 from vramopt.parallel_layout import ParallelLayout
@@ -144,7 +146,8 @@ def _pass_seconds(gpu, peak, tokens, n, k, count, trainable_fraction, batch=1.0)
     return forward, activation_gradient + weight_gradient
 
 
-def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens, trainable_fraction: float, linear_parameters: float):
+def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens, trainable_fraction: float, linear_parameters: float,
+                   stage: str = "last"):
     """GEMM seconds for ``tokens`` tokens on one rank: (layers forward, layers backward, head
     forward, head backward) of the last stage, scaled so the forward FLOPs are
     ``2 * linear_parameters`` per token."""
@@ -168,15 +171,17 @@ def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens,
         fwd, bwd = _pass_seconds(gpu, peak, tokens * rank_multiplier, n_rank, k_rank, rank_count, trainable_fraction, rank_batch)
         forward, backward = forward + fwd, backward + bwd
         shape_flops += 2.0 * multiplier * n * k * count
-    layers = model.layers / columns.pipeline_parallel
+    layers = timed_stage_layers(model, columns, stage)  # layers / pp for even stages
     head_forward, head_backward = _pass_seconds(gpu, peak, tokens, model.vocab_size / t, model.hidden_size, 1.0, trainable_fraction)
+    if stage != "last":  # the first and middle stages run no head
+        head_forward, head_backward = 0.0 * head_forward, 0.0 * head_backward
     head_flops = 2.0 * model.vocab_size * model.hidden_size
     # Scale forward FLOPs to the exact parameter count (norms, biases, MLA's low-rank shapes).
     scale = 2.0 * linear_parameters / (model.layers * shape_flops + head_flops)
     return scale * layers * forward, scale * layers * backward, scale * head_forward, scale * head_backward
 
 
-def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int):
+def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int, stage: str = "last"):
     """(forward, backward) attention-core seconds of one stage's layers for one micro-batch on one rank."""
     t = columns.tensor_parallel.astype(float)
     heads = model.heads / t * columns.micro_batch
@@ -185,7 +190,7 @@ def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns,
     tokens_per_rank = s / columns.context_parallel
     generation, _ = generation_of(gpu)
     peak = attention_peak(gpu, columns.precision)
-    layers = model.layers / columns.pipeline_parallel
+    layers = timed_stage_layers(model, columns, stage)
     flash_forward_flops = 4.0 * tokens_per_rank * s * d * heads * FLASH_CAUSAL_WORK_FRACTION
     with np.errstate(divide="ignore", invalid="ignore"):
         flash_rate = np.where(peak > 0, peak * generation.flash_attention_fraction, np.nan)
@@ -203,7 +208,7 @@ def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns,
     return layers * forward, layers * backward
 
 
-def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens):
+def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens, stage: str = "last"):
     """(forward, backward) seconds of the memory-bound kernels of one stage for ``tokens`` tokens on one rank."""
     t = columns.tensor_parallel.astype(float)
     h = float(model.hidden_size)
@@ -222,8 +227,8 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, to
     rotary = 0.0 if model.learned_positions else ROTARY_BYTES_PER_ELEMENT * (model.heads + model.kv_heads) * model.head_dim
     forward = h * ELEMENTWISE_REPLICATED_FORWARD_H * replicated_share + (ACTIVATION_FORWARD_F[gated] * width + rotary + permute) / t
     backward = h * ELEMENTWISE_REPLICATED_BACKWARD_H * replicated_share + (ACTIVATION_BACKWARD_F[gated] * width + rotary + permute) / t
-    layers = model.layers / columns.pipeline_parallel
-    loss = CROSS_ENTROPY_BYTES_PER_LOGIT * model.vocab_size / t
+    layers = timed_stage_layers(model, columns, stage)
+    loss = CROSS_ENTROPY_BYTES_PER_LOGIT * model.vocab_size / t * (1.0 if stage == "last" else 0.0)
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
     per_byte = tokens * scale / bandwidth
     return per_byte * (layers * forward + loss / 2.0), per_byte * (layers * backward + loss / 2.0)
@@ -284,17 +289,17 @@ def eager_elementwise_extra_seconds(model: ModelSpec, gpu: GpuSpec, columns: Pla
 
 def micro_batch_operator_seconds(
     model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int, trainable_fraction: float,
-    compute_overhead_fraction: float, linear_parameters: float,
+    compute_overhead_fraction: float, linear_parameters: float, stage: str = "last",
 ) -> dict[str, np.ndarray]:
     """Forward + backward + recomputation of one micro-batch on one GPU (one cp rank of one
     stage), split by operator class; ``compute_s`` is their sum."""
     tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
     layer_forward, layer_backward, head_forward, head_backward = (
         part * (1.0 + compute_overhead_fraction)
-        for part in linear_seconds(model, gpu, columns, tokens, trainable_fraction, linear_parameters)
+        for part in linear_seconds(model, gpu, columns, tokens, trainable_fraction, linear_parameters, stage)
     )
-    attention_forward, attention_backward = attention_core_seconds(model, gpu, columns, seq_len)
-    other_forward, other_backward = elementwise_seconds(model, gpu, columns, tokens)
+    attention_forward, attention_backward = attention_core_seconds(model, gpu, columns, seq_len, stage)
+    other_forward, other_backward = elementwise_seconds(model, gpu, columns, tokens, stage)
     full = columns.checkpoint_kind == CHECKPOINT_EVERY
     selective = (columns.checkpoint_kind == CHECKPOINT_SELECTIVE) & (columns.flash_attention == 0)
     # The head and the loss run once after the last layer: full recomputation repeats the layers only.

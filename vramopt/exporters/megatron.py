@@ -69,6 +69,11 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     ]
     if virtual > 1:
         arguments += ["--num-virtual-stages-per-pipeline-rank", str(virtual)]
+    # Uneven stages (costs/pipeline_stages.py): Megatron-Core's own flags, each stage's count > 0.
+    if plan.get("first_stage_layers"):
+        arguments += ["--decoder-first-pipeline-num-layers", str(positive_integer(plan, "first_stage_layers"))]
+    if plan.get("last_stage_layers"):
+        arguments += ["--decoder-last-pipeline-num-layers", str(positive_integer(plan, "last_stage_layers"))]
     if plan.get("sequence_parallel"):
         arguments.append("--sequence-parallel")
     arguments += _model_arguments(model, plan, notes)

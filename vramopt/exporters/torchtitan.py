@@ -42,6 +42,23 @@ class TorchtitanExport(ExportResult):
         return "#!/usr/bin/env bash\n# vramopt --export torchtitan (torchtitan " + RELEASE + ")\n" + self.content["launch"] + "\n"
 
 
+def _stage_split(layers: int, pipeline: int, virtual: int, plan: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) of the plan's
+    stages. torchtitan 0.3.0 (distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part)
+    counts ``layers + first_less + last_less`` effective layers, deals them evenly over the
+    stages and takes first_less off the first and last_less off the last: with the middle
+    stages' count n as layers_per_stage, first_less = n - first and last_less = n - last give
+    Megatron's assignment exactly (virtual_stages 1: the torchtitan rule refuses the others)."""
+    from vramopt.costs.pipeline_stages import stage_counts
+
+    first, last = int(plan.get("first_stage_layers", 0) or 0), int(plan.get("last_stage_layers", 0) or 0)
+    if not first and not last:
+        return layers // (pipeline * virtual), 0, 0
+    counts = stage_counts(layers, pipeline, first, last)
+    middle = max(counts)
+    return middle, middle - counts[0], middle - counts[-1]
+
+
 def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     """The ``torchtitan.train`` arguments of a training plan, and the notes on what they cannot say.
 
@@ -82,12 +99,13 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
         arguments.append("--parallelism.enable_sequence_parallel" if plan.get("sequence_parallel") else "--parallelism.no-enable-sequence-parallel")
     if pipeline > 1:
         layers = required(model, "layers", "model")
+        per_stage, first_less, last_less = _stage_split(layers, pipeline, virtual, plan)
         arguments += [
             "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if virtual > 1 else "1F1B",
-            "--parallelism.pipeline_parallel_layers_per_stage", str(layers // (pipeline * virtual)),
-            # vramopt's stages hold equal layers (the default takes one off the first and last).
-            "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
-            "--parallelism.pipeline_parallel_last_stage_less_layers", "0",
+            "--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
+            # Even stages: 0 and 0 (torchtitan's default takes one off the first and last).
+            "--parallelism.pipeline_parallel_first_stage_less_layers", str(first_less),
+            "--parallelism.pipeline_parallel_last_stage_less_layers", str(last_less),
             "--parallelism.pipeline_parallel_microbatch_size", str(micro),
             # ConfigManager refuses pipeline parallelism with CUDA graphs ("CUDA graphs do not
             # support pipeline parallelism yet"), torchtitan 0.3.0 trainer.py.

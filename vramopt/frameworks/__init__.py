@@ -44,6 +44,7 @@ NEUTRAL_CODES = {
     "precision": PRECISIONS.index("bf16"), "micro_batch": 1, "zero_stage": 0, "offload": 0,
     "grad_comm_precision": PRECISIONS.index("fp32"), "optimizer": 0, "checkpoint_kind": 0, "checkpoint_every": 0,
     "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1, "expert_parallel": 1, "expert_tensor_parallel": 0,
+    "first_stage_layers": 0, "last_stage_layers": 0,
 }
 """A plan every framework runs (one GPU, bf16, Adam, fp32 gradient reduction, flash
 attention, nothing else): the values a pin is checked against for the fields not pinned

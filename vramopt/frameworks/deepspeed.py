@@ -44,6 +44,12 @@ RULES = (
         source=f"deepspeed {VERSION} runtime/pipe/schedule.py TrainSchedule (2 x (micro-batches + stages - 1) steps) and runtime/pipe/module.py PipelineModule",
     ),
     Rule(
+        message="DeepSpeed: PipelineModule splits the layers by partition_method ('parameters', 'uniform' or 'type:<regex>') and takes no per-stage layer counts, so first_stage_layers and last_stage_layers must be 0",
+        group="key",
+        refuses=lambda columns: (columns.first_stage_layers > 0) | (columns.last_stage_layers > 0),
+        source=f"deepspeed {VERSION} runtime/pipe/module.py PipelineModule._partition_layers",
+    ),
+    Rule(
         message="DeepSpeed: no ring-attention context parallelism (DeepSpeed-Ulysses is an all-to-all over heads, a different scheme), so context_parallel must be 1",
         group="key",
         refuses=lambda columns: columns.context_parallel > 1,

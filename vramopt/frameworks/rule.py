@@ -25,7 +25,7 @@ from vramopt.costs.columns import PlanColumns
 RULE_GROUPS = ("key", "state", "activation")
 
 KEY_COLUMN_NAMES = ("gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch",
-                    "expert_parallel", "expert_tensor_parallel")
+                    "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers")
 GROUP_COLUMN_NAMES = {
     "key": (),
     "state": ("zero_stage", "offload", "grad_comm_precision", "optimizer"),

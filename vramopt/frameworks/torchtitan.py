@@ -76,6 +76,12 @@ RULES = (
         source=f"torchtitan {VERSION} distributed/activation_checkpoint.py FullAC, SelectiveAC",
     ),
     Rule(
+        message="torchtitan: pipeline_parallel_first/last_stage_less_layers shorten the first and last model chunk, not a rank's whole share, so uneven stages (first_stage_layers, last_stage_layers) need virtual_stages 1",
+        group="activation",
+        refuses=lambda columns: ((columns.first_stage_layers > 0) | (columns.last_stage_layers > 0)) & (columns.virtual_stages > 1),
+        source=f"torchtitan {VERSION} distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part (input_weight, output_weight)",
+    ),
+    Rule(
         message="torchtitan: attention runs through SDPA (flash or memory-efficient kernels) or FlexAttention, which never store the s x s scores, so flash_attention must be on",
         group="activation",
         refuses=lambda columns: columns.flash_attention == 0,

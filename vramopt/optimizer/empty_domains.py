@@ -19,9 +19,12 @@ them.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from vramopt.costs.pipeline_stages import pipeline_degrees, stage_count_sets, stage_splits
 from vramopt.constraints import registry
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import divisors, gpu_counts, powers_of_two_up_to
@@ -236,15 +239,19 @@ def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, s
     tensor = chain.keep("tensor_parallel", tensor_reason, universe=lambda: divisors(model.heads), fixes=tensor_fixes)
 
     def pipeline_reason(degree: int) -> str | None:
-        if model.layers % degree != 0:
-            return f"not a divisor of {model.name}'s {model.layers} layers"
+        if model.layers % degree != 0 and (serving or not stage_splits(model.layers, degree)):
+            return (f"not a divisor of {model.name}'s {model.layers} layers" if serving else
+                    f"neither a divisor of {model.name}'s {model.layers} layers nor a degree with an uneven split "
+                    "(first/last stage at most ceil(layers / pp) layers)")
         if degree > most:
             return f"more than the {most} GPUs a plan may use"
         return None
 
     pipeline = chain.keep(
-        "pipeline_parallel", pipeline_reason, universe=lambda: [value for value in divisors(model.layers) if not serving or value <= 8],
-        fixes=_more_gpus_fix(lambda values: [value for value in values if model.layers % value == 0 and value > most]),
+        "pipeline_parallel", pipeline_reason,
+        universe=lambda: [value for value in divisors(model.layers) if value <= 8] if serving else pipeline_degrees(model.layers, 1 << 20),
+        fixes=_more_gpus_fix(lambda values: [value for value in values
+                                             if (model.layers % value == 0 or stage_splits(model.layers, value)) and value > most]),
     )
     return tensor, pipeline, most
 
@@ -301,17 +308,20 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
     # By default gradients travel in the training precision: the values are those left.
     chain.keep("grad_comm_precision", default=tuple(precisions) if follows else None, universe=lambda: PRECISIONS,
                label="following precision" if follows else None)
-    stages = sorted({model.layers // degree for degree in pipeline}, reverse=True)
+    # Each degree's stage layer counts (even, or its uneven splits): every:k must divide all of one.
+    degree_stage_sets = stage_count_sets(model.layers, pipeline)
+    stage_sets = [counts for _, counts in degree_stage_sets]
+    stages = sorted({count for counts in stage_sets for count in counts}, reverse=True)
 
     def checkpointing_reason(value: str) -> str | None:
         kind, every = parse_checkpointing(value)
-        if kind != CHECKPOINT_EVERY or any(stage % every == 0 for stage in stages):
+        if kind != CHECKPOINT_EVERY or any(all(count % every == 0 for count in counts) for counts in stage_sets):
             return None
         return (f"not valid for {model.name}: the interval must divide the layers of one pipeline stage, and its "
                 f"{model.layers} layers make stages of {_listing(stages)} layers (pipeline_parallel {_listing(pipeline)})")
 
     def checkpointing_universe() -> list[str]:
-        intervals = sorted({interval for stage in stages for interval in divisors(stage)})
+        intervals = sorted({interval for counts in stage_sets for interval in divisors(math.gcd(*counts))})
         return ["none", "selective"] + [f"every:{interval}" for interval in intervals]
 
     chain.keep("checkpointing", checkpointing_reason, universe=checkpointing_universe)
@@ -330,9 +340,11 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
             return None
         if not deep:
             return "not valid: an interleaved pipeline needs pipeline_parallel > 1, and pipeline_parallel can only be 1"
-        if not any((model.layers // degree) % chunks == 0 for degree in deep):
+        deep_sets = [counts for degree, counts in degree_stage_sets if degree > 1]
+        if not any(all(count % chunks == 0 for count in counts) for counts in deep_sets):
+            deep_counts = sorted({count for counts in deep_sets for count in counts}, reverse=True)
             return (f"not valid: the layers of a stage must split into that many chunks, and {model.name}'s stages have "
-                    f"{_listing([model.layers // degree for degree in deep])} layers (pipeline_parallel {_listing(deep)})")
+                    f"{_listing(deep_counts)} layers (pipeline_parallel {_listing(deep)})")
         return None
 
     chain.keep("virtual_stages", virtual_stages_reason, universe=lambda: (1, 2, 4))

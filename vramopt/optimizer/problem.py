@@ -21,9 +21,11 @@ import numpy as np
 
 from vramopt.constraints import registry
 from vramopt.constraints.parallelism import divisors, gpu_counts
+from vramopt.constraints.pipeline_stages import STAGE_FIELDS, key_splits
 from vramopt.constraints.precision import PREFERENCE
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
+from vramopt.costs.pipeline_stages import divides_every_stage
 from vramopt.costs.context_parallel import whole_tile_chunks
 from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 from vramopt.costs.training import evaluate_training
@@ -168,6 +170,10 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     # only: at ep 1 they would replicate every expert over tp (constraints/expert_parallel.py).
     etp_named = any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow"))
     pipeline = domain("pipeline_parallel", context, choices)
+    # The stage layer counts the user named (None: each degree's default splits), and forbids.
+    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
+                                 for field in STAGE_FIELDS)
+    forbidden_layers = tuple(choices["forbid"].get(field, ()) for field in STAGE_FIELDS)
     precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
     micro_batches = domain("micro_batch", context, choices)
     data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
@@ -182,7 +188,8 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
     for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
         enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
     ):
-        if model.heads % t != 0 or model.layers % p != 0:
+        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden_layers)  # even, or uneven first/last stages
+        if model.heads % t != 0 or not splits:
             continue
         if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
             continue
@@ -203,17 +210,18 @@ def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> l
                         if not etp_named and ep == 1 and etp != t:
                             continue
                         seen_etp.add(etp)
-                        layouts.append((position[count], t_index, c_index, e_index, x_index, p_index,
-                                        count, t, cp, p, dp, ep, etp_code))
+                        for s_index, (first, last) in enumerate(splits):
+                            layouts.append((position[count], t_index, c_index, e_index, x_index, p_index, s_index,
+                                            count, t, cp, p, dp, ep, etp_code, first, last))
     layouts.sort()
     rows = []
-    for *_, count, t, cp, p, dp, ep, etp_code in layouts:
+    for *_, count, t, cp, p, dp, ep, etp_code, first, last in layouts:
         for precision in precisions:
             if not gpu.supports(precision):
                 continue
             for b in micro_batches:
                 if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code))
+                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code, first, last))
     return rows
 
 
@@ -313,9 +321,9 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         for name in forbidden:
             valid &= codes["grad_comm_precision"] != PRECISIONS.index(name)
     else:
-        layers_per_stage = np.repeat(cases[0].model.layers // keys["pipeline_parallel"], item_count)
         every = codes["checkpoint_every"]
-        valid &= (every == 0) | (layers_per_stage % np.maximum(every, 1) == 0)
+        valid &= (every == 0) | divides_every_stage(  # every:k divides each stage's layers (costs/pipeline_stages.py)
+            cases[0].model.layers, codes["pipeline_parallel"], codes["first_stage_layers"], codes["last_stage_layers"], every)
     shape = (key_count, item_count)
     table = ItemTable(
         values=tuple(items),
@@ -350,7 +358,7 @@ def _no_layout_message(model, workload, space, choices) -> str:
         f"no parallel layout of {model.name} ({model.layers} layers, {model.heads} heads) fits the space: "
         f"max_gpus={space.max_gpus}, global_batch={workload.global_batch} sequences"
         + (f", choices {pins}" if pins else "")
-        + "; tp must divide the heads, pp the layers, and dp the global batch"
+        + "; tp must divide the heads, pp the layers (or split them with fewer on the first or last stage), and dp the global batch"
         + (f", and cp split seq_len {workload.seq_len} into 2 x cp chunks of whole 128-token tiles"
            if "context_parallel" in choices["pin"] or "context_parallel" in choices["allow"] else "")
     )

@@ -47,7 +47,7 @@ MAX_WORKERS = 64
 
 
 KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
-               "expert_parallel", "expert_tensor_parallel")
+               "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers")
 """A training key's columns (the serving keys are ``serving_problem.SERVING_KEY_COLUMNS``)."""
 
 

@@ -1,0 +1,134 @@
+"""Uneven pipeline stages: the ``first_stage_layers`` and ``last_stage_layers`` plan fields
+(issue 14 item 3; the assignment, its rules and its costs are in costs/pipeline_stages.py).
+
+Key fields like pipeline_parallel: they decide which layers each stage holds. 0 (the
+default) means "as a middle stage"; both 0 is the even split. The values are Megatron-Core's
+``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``.
+
+Default domain: per pipeline degree, the most balanced assignments Megatron can express
+(``costs/pipeline_stages.stage_splits``): none beyond the even split for a degree that
+divides the layers, a few for the others (126 layers on 16 stages: 7 + 14 x 8 + 7, 8 + 14 x
+8 + 6 written (0, 6), 6 + ... + 8 written (6, 0)). A user's --pin/--allow adds every valid
+combination of the values named.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
+from vramopt.constraints.technique import DomainContext, Technique, parse_int
+from vramopt.costs.compute import slowest_stage_operator_seconds
+from vramopt.costs.pipeline_stages import (
+    heaviest_weight_stage,
+    is_valid_split,
+    pipeline_degrees,
+    stage_activation_loads,
+    stage_splits,
+    uneven_invalid_reasons,
+)
+
+STAGE_FIELDS = ("first_stage_layers", "last_stage_layers")
+
+MEGATRON_SOURCE = ("Megatron-LM core_v0.16.1: megatron/training/arguments.py (--decoder-first-pipeline-num-layers, "
+                   "--decoder-last-pipeline-num-layers), megatron/core/transformer/transformer_config.py "
+                   "TransformerConfig.__post_init__ (each > 0, the rest divisible by the middle stages, each stage's "
+                   "layers divisible by the virtual pipeline size), transformer_block.get_num_layers_to_build")
+LLAMA3_SOURCE = "Dubey et al. 2024, The Llama 3 Herd of Models, section 3.3.2 (one layer fewer on the first and last stage)"
+DEEPSPEED_SOURCE = ("DeepSpeed deepspeed/runtime/pipe/module.py PipelineModule._partition_layers (partition_method "
+                    "'parameters', 'uniform' or 'type:<regex>': no per-stage layer counts)")
+
+
+def _default_values(index: int):
+    """0 and the counts of the default splits of every default pipeline degree (a few values,
+    whatever the layer count); which pair a degree's keys take is ``key_splits``' choice."""
+    def values(context: DomainContext) -> tuple[int, ...]:
+        found = {0}
+        if context.kind != "infer":
+            for degree in pipeline_degrees(context.layers, context.max_gpus):
+                found.update(split[index] for split in stage_splits(context.layers, degree))
+        return tuple(sorted(found))
+
+    return values
+
+
+def key_splits(layers: int, pipeline_parallel: int, first_values, last_values, forbidden=((), ())) -> tuple[tuple[int, int], ...]:
+    """The (first, last) stage layer pairs one pipeline degree's keys take: its default
+    candidates (``stage_splits``) when the user named no values (``first_values`` and
+    ``last_values`` None), else every valid pair of the values named (the default domain of
+    a field the user left alone); ``forbidden`` values are left out either way."""
+    if first_values is None and last_values is None:
+        splits = list(stage_splits(layers, pipeline_parallel))
+    else:
+        splits = [split for split in stage_splits(layers, pipeline_parallel)
+                  if (first_values is None or split[0] in first_values) and (last_values is None or split[1] in last_values)]
+        for first in first_values if first_values is not None else sorted({split[0] for split in stage_splits(layers, pipeline_parallel)}):
+            for last in last_values if last_values is not None else sorted({split[1] for split in stage_splits(layers, pipeline_parallel)}):
+                if (first, last) not in splits and is_valid_split(layers, pipeline_parallel, first, last):
+                    splits.append((first, last))
+    return tuple(split for split in splits if split[0] not in forbidden[0] and split[1] not in forbidden[1])
+
+
+def _phrase(field: str, label: str):
+    def display(plan: Mapping[str, Any]) -> str:
+        value = plan.get(field, 0)
+        return f"{field}={value}" if value else ""
+
+    return display
+
+
+def _deepspeed(draft: ExportDraft) -> list[str]:
+    first, last = draft.plan.get("first_stage_layers", 0), draft.plan.get("last_stage_layers", 0)
+    if not first and not last:
+        return []
+    return [f"uneven pipeline stages (first stage {first or 'as the middle'}, last stage {last or 'as the middle'} layers): "
+            "DeepSpeed's PipelineModule takes no per-stage layer counts (partition_method 'parameters', 'uniform' or "
+            "'type:<regex>'); build the stages yourself or run the plan with Megatron-LM "
+            f"(--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'})"]
+
+
+def _technique(field: str, index: int, label: str, validity, memory, megatron_flag: str) -> Technique:
+    return Technique(
+        field=field,
+        group="key",
+        description=f"layers of the {label} pipeline stage (0 = as a middle stage; Megatron {megatron_flag})",
+        parse=parse_int(field, 0),
+        default_values=_default_values(index),
+        columns=lambda value: {field: value},
+        decode=lambda codes: int(codes[field]),
+        contribution=Contribution(
+            validity=validity,
+            memory=memory,
+            time=slowest_stage_operator_seconds,
+            contract=ContractField(
+                name=field, json_type="integer",
+                description=f"transformer layers on the {label} pipeline stage, 0 = as many as a middle stage "
+                            f"(Megatron-Core {megatron_flag}); the remaining layers split evenly over the other stages",
+            ),
+            display=_phrase(field, label),
+            display_line="parallel",
+            display_separator=" ",
+            exports={
+                "deepspeed": Export(apply=_deepspeed) if index == 0 else Export(
+                    not_exported="the first stage's field writes the note on both ends (DeepSpeed has no per-stage counts)"),
+                "vllm": Export(not_exported="a training plan has no vLLM export"),
+            },
+            sources=(MEGATRON_SOURCE, LLAMA3_SOURCE, DEEPSPEED_SOURCE),
+        ),
+    )
+
+
+FIRST_STAGE_LAYERS = _technique(
+    "first_stage_layers", 0, "first",
+    validity=lambda case, columns: uneven_invalid_reasons(case.model.layers, columns),
+    memory=stage_activation_loads,  # the first stage holds p micro-batches of activations and the embedding
+    megatron_flag="--decoder-first-pipeline-num-layers",
+)
+LAST_STAGE_LAYERS = _technique(
+    "last_stage_layers", 1, "last",
+    validity=no_rules,  # the assignment's rules read both fields: the first stage's field owns them
+    memory=heaviest_weight_stage,  # the last stage holds the output head (and the logits)
+    megatron_flag="--decoder-last-pipeline-num-layers",
+)
+
+TECHNIQUES = (FIRST_STAGE_LAYERS, LAST_STAGE_LAYERS)
