@@ -96,7 +96,8 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         alternative_plan = decode_choice(problem, alternative)
         alternative_estimate = _estimate(workload, alternative_plan, space.framework)
         values = plan_values(problem, alternative.key, alternative.state_item, alternative.activation_item)
-        differences = {name: (chosen_values[name], values[name]) for name in chosen_values if chosen_values[name] != values[name]}
+        differences = {name: (chosen_values[name], values[name]) for name in chosen_values
+                       if chosen_values[name] != values[name] and not _follows_tensor_parallel(name, chosen_values, values)}
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate, space.framework)
@@ -107,6 +108,13 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
         workload_kind=workload.kind, optimizer_gain=gain, expert_gain=experts,
     )
+
+
+def _follows_tensor_parallel(name: str, chosen: dict, other: dict) -> bool:
+    """An expert tensor-parallel degree equal to tp in both plans only follows tp's change
+    (dense models, or experts split like the dense layers): not a change of its own."""
+    return (name == "expert_tensor_parallel" and chosen[name] == chosen["tensor_parallel"]
+            and other[name] == other["tensor_parallel"])
 
 
 def _offload_cost(workload: TrainingWorkload, estimate, framework: str = "generic") -> dict[str, float] | None:
