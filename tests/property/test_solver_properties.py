@@ -97,24 +97,30 @@ def _problem(workload, space):
         assume(False)
 
 
+def _cp_sat_and_exhaustive(problem, time_limit_s: float = 30.0):
+    """Both engines on one problem, checked to agree: the same status (optimal or proved
+    infeasible), the same lexicographic integer objective and the same plan (the tie-break is
+    total). Returns the exhaustive choice (None when infeasible)."""
+    outcome = solve_cp(problem, time_limit_s=time_limit_s, workers=1)
+    exhaustive = solve_exhaustive(problem)
+    assert outcome.status in ("optimal", "infeasible")
+    if exhaustive is None:
+        assert outcome.choice is None
+        return None
+    assert outcome.choice is not None and outcome.choice.objective == exhaustive.objective
+    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
+        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
+    )
+    return exhaustive
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_cp_sat_optimum_equals_exhaustive_optimum(request):
     workload, space = request
     problem = _problem(workload, space)
-    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
-    exhaustive = solve_exhaustive(problem)
+    exhaustive = _cp_sat_and_exhaustive(problem)
     event(f"{workload.kind}: {'feasible' if exhaustive is not None else 'infeasible'}")
-    assert outcome.status in ("optimal", "infeasible")
-    if exhaustive is None:
-        assert outcome.choice is None
-    else:
-        assert outcome.choice is not None
-        # The lexicographic integer objective, and the plan itself (the tie-break is total).
-        assert outcome.choice.objective == exhaustive.objective
-        assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
-            exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
-        )
 
 
 LONG_CONTEXT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b")
@@ -151,18 +157,10 @@ def test_cp_sat_equals_exhaustive_with_context_parallelism(request):
     """issue 12 item 4: the context_parallel key field keeps CP-SAT exact against brute force."""
     workload, space = request
     problem = _problem(workload, space)
-    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
-    exhaustive = solve_exhaustive(problem)
+    exhaustive = _cp_sat_and_exhaustive(problem)
     event("feasible" if exhaustive is not None else "infeasible")
-    assert outcome.status in ("optimal", "infeasible")
     if exhaustive is None:
-        assert outcome.choice is None
         return
-    assert outcome.choice is not None
-    assert outcome.choice.objective == exhaustive.objective
-    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
-        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
-    )
     event(f"chosen cp={int(problem.keys['context_parallel'][exhaustive.key])}")
     plan = decode_choice(problem, exhaustive)
     estimate = estimate_training(workload, plan)
@@ -204,16 +202,9 @@ def test_cp_sat_equals_exhaustive_with_uneven_pipeline_stages(request):
     """issue 14 item 3: the first/last stage layer fields keep CP-SAT exact against brute force."""
     workload, space = request
     problem = _problem(workload, space)
-    outcome = solve_cp(problem, time_limit_s=60.0, workers=1)
-    exhaustive = solve_exhaustive(problem)
-    assert outcome.status in ("optimal", "infeasible")
+    exhaustive = _cp_sat_and_exhaustive(problem, time_limit_s=60.0)
     if exhaustive is None:
-        assert outcome.choice is None
         return
-    assert outcome.choice is not None and outcome.choice.objective == exhaustive.objective
-    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
-        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
-    )
     keys = problem.keys
     event(f"chosen pp={int(keys['pipeline_parallel'][exhaustive.key])} uneven="
           f"{bool(keys['first_stage_layers'][exhaustive.key] or keys['last_stage_layers'][exhaustive.key])}")
@@ -346,17 +337,9 @@ def test_cp_sat_equals_exhaustive_with_optimizer_formats(request):
     the chosen plan keeps its headroom in floating point."""
     workload, space = request
     problem = _problem(workload, space)
-    outcome = solve_cp(problem, time_limit_s=30.0, workers=1)
-    exhaustive = solve_exhaustive(problem)
-    assert outcome.status in ("optimal", "infeasible")
+    exhaustive = _cp_sat_and_exhaustive(problem)
     if exhaustive is None:
-        assert outcome.choice is None
         return
-    assert outcome.choice is not None
-    assert outcome.choice.objective == exhaustive.objective
-    assert (outcome.choice.key, outcome.choice.state_item, outcome.choice.activation_item) == (
-        exhaustive.key, exhaustive.state_item, exhaustive.activation_item,
-    )
     plan = decode_choice(problem, exhaustive)
     event(f"{workload.kind}: optimizer {plan.optimizer}")
     memory = estimate_training(workload, plan).memory_dict()

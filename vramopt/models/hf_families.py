@@ -54,15 +54,21 @@ def _qwen2(config: ConfigReader) -> dict[str, Any]:
     return decoder_fields(config, qkv_bias=True, output_bias=False)
 
 
-def _mixtral(config: ConfigReader) -> dict[str, Any]:
-    fields = decoder_fields(config, qkv_bias=False, output_bias=False)
-    fields["moe"] = moe(
+def _local_experts(config: ConfigReader, fields: dict[str, Any]):
+    """Mixtral-style MoE keys (num_local_experts, num_experts_per_tok), every layer MoE, each
+    expert as wide as the config's intermediate_size (Mixtral, gpt-oss)."""
+    return moe(
         config,
         experts_key="num_local_experts",
         experts=config.size("num_local_experts"),
         experts_per_token=config.size("num_experts_per_tok"),
         expert_ffn_hidden_size=fields["ffn_hidden_size"],
     )
+
+
+def _mixtral(config: ConfigReader) -> dict[str, Any]:
+    fields = decoder_fields(config, qkv_bias=False, output_bias=False)
+    fields["moe"] = _local_experts(config, fields)
     return fields
 
 
@@ -181,13 +187,7 @@ def _gpt_oss(config: ConfigReader) -> dict[str, Any]:
         mlp_bias=True,
         extras=LayerExtras(attention_sinks=True, router_bias=True),
     )
-    fields["moe"] = moe(
-        config,
-        experts_key="num_local_experts",
-        experts=config.size("num_local_experts"),
-        experts_per_token=config.size("num_experts_per_tok"),
-        expert_ffn_hidden_size=fields["ffn_hidden_size"],
-    )
+    fields["moe"] = _local_experts(config, fields)
     return fields
 
 
