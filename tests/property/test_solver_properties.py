@@ -344,3 +344,45 @@ def test_cp_sat_equals_exhaustive_with_optimizer_formats(request):
     event(f"{workload.kind}: optimizer {plan.optimizer}")
     memory = estimate_training(workload, plan).memory_dict()
     assert memory["fits"] and memory["fits_host"] and memory["fits_nvme"]
+
+
+@st.composite
+def expert_requests(draw):
+    """Mixtures of experts with expert and expert-tensor parallelism in the space (issue 14
+    item 1): the default etp domain (tp, and 1 with ep > 1) or both named for every ep."""
+    workload = TrainingWorkload(
+        model=draw(st.sampled_from(("mixtral-8x7b", "qwen3-30b-a3b", "mixtral-8x22b"))),
+        seq_len=draw(st.sampled_from((2048, 4096))),
+        global_batch=draw(st.sampled_from((16, 64, 256))),
+        headroom_fraction=draw(st.sampled_from((0.0, 0.1))),
+    )
+    allow = {"tensor_parallel": draw(st.sampled_from((("2",), ("2", "4"), ("1", "2", "4", "8"))))}
+    if draw(st.booleans()):
+        allow["expert_tensor_parallel"] = ("tp", "1")
+    objective = draw(st.sampled_from(("throughput", "per-gpu", "min-gpus")))
+    space = SearchSpace(
+        gpus=(draw(st.sampled_from(("h100", "b200", "h200"))),),
+        max_gpus=draw(st.sampled_from((16, 32, 64))),
+        allow=allow,
+        objective=objective,
+        min_tokens_per_s=5_000.0 if objective == "min-gpus" else None,
+        workers=1,
+    )
+    return workload, space
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=25)
+@given(expert_requests())
+def test_cp_sat_equals_exhaustive_with_expert_and_expert_tensor_parallelism(request):
+    """issue 14 item 1: ep and etp keep CP-SAT exact against brute force, and the chosen
+    plan's expert split is one the layout allows (ep x etp divides tp x cp x dp)."""
+    workload, space = request
+    problem = _problem(workload, space)
+    exhaustive = _cp_sat_and_exhaustive(problem)
+    if exhaustive is None:
+        return
+    plan = decode_choice(problem, exhaustive)
+    event(f"ep={plan.expert_parallel} etp={plan.expert_tensor_parallel} tp={plan.tensor_parallel}")
+    stage_gpus = plan.gpus // plan.pipeline_parallel
+    assert stage_gpus % (plan.expert_parallel * plan.expert_tensor_parallel) == 0
+    assert estimate_training(workload, plan).memory_dict()["fits"]
