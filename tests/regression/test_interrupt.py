@@ -34,7 +34,14 @@ DRIVER = textwrap.dedent(
     import os, random, sys, time
     from ortools.sat.python import cp_model
 
+    import signal
     marker, slow = os.environ["VRAMOPT_TEST_MARKER"], os.environ["VRAMOPT_TEST_SLOW"]
+
+    def mark():
+        # The child's SIGINT state, for the failure message: what Ctrl-C will meet.
+        with open(marker, "w") as file:
+            file.write(f"SIGINT handler {signal.getsignal(signal.SIGINT)!r}, "
+                       f"blocked {sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}")
     real_solve = cp_model.CpSolver.solve
 
     def knapsack():
@@ -52,7 +59,7 @@ DRIVER = textwrap.dedent(
             return real_solve(self, model, *args, **kwargs)
         hard, limit = knapsack(), self.parameters.max_time_in_seconds
         self.parameters.max_time_in_seconds = 60.0
-        open(marker, "w").close()
+        mark()
         real_solve(self, hard)
         self.parameters.max_time_in_seconds = limit
         return real_solve(self, model, *args, **kwargs)
@@ -64,7 +71,7 @@ DRIVER = textwrap.dedent(
         real_build = search.build_problem
 
         def slow_build(*args, **kwargs):
-            open(marker, "w").close()
+            mark()
             time.sleep(60.0)
             return real_build(*args, **kwargs)
 
@@ -79,6 +86,16 @@ DRIVER = textwrap.dedent(
 )
 
 
+def _as_from_a_shell() -> None:
+    """The child starts as a command typed in a shell does: SIGINT at its default action and
+    not blocked. A child inherits an ignored disposition and the signal mask from the test
+    process, which other in-process tests or libraries may have changed; Python then keeps
+    SIGINT ignored, and the Ctrl-C under test would never arrive (seen once in CI: four runs
+    ended normally after the full 60 s search)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def interrupt_run(tmp_path: Path, args: list[str], slow: str = "search") -> subprocess.CompletedProcess:
     """Start the CLI, wait until it is inside the slow step, send SIGINT, collect the end."""
     driver = tmp_path / "driver.py"
@@ -87,7 +104,7 @@ def interrupt_run(tmp_path: Path, args: list[str], slow: str = "search") -> subp
     marker.unlink(missing_ok=True)
     environment = {**os.environ, "VRAMOPT_TEST_MARKER": str(marker), "VRAMOPT_TEST_SLOW": slow}
     process = subprocess.Popen([sys.executable, str(driver), *args], cwd=tmp_path, env=environment,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_shell)
     try:
         deadline = time.monotonic() + HANG_GUARD_S
         while not marker.exists():
@@ -102,7 +119,8 @@ def interrupt_run(tmp_path: Path, args: list[str], slow: str = "search") -> subp
         if process.poll() is None:
             process.kill()
             process.communicate()
-    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+    state = marker.read_text() if marker.exists() else "no marker"
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr + ("" if process.returncode == 130 else f"\n[child: {state}]"))
 
 
 def assert_interrupted(result: subprocess.CompletedProcess, tmp_path: Path, outputs: list[str]) -> None:
