@@ -34,12 +34,11 @@ from vramopt.costs.columns import CHECKPOINT_EVERY
 from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS, whole_tile_chunks
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATION_NEEDS, QUANTIZATIONS
 from vramopt.errors import InfeasibleError, InputError
+from vramopt.optimizer.domain_values import MAX_LISTED, listing, nearest_value, text
 from vramopt.models.checkpoint_quantization import checkpoint_format
 from vramopt.plan import parse_checkpointing
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec, SearchSpace
 
-MAX_LISTED = 8
-"""Values a reason lists before '...' (the reason stays one readable line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,41 +69,6 @@ class _Stop(Exception):
     def __init__(self, empty: EmptyDomain) -> None:
         super().__init__(empty.field)
         self.empty = empty
-
-
-def text(value: Any) -> str:
-    """A value as the user writes it after --pin field=."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _listing(values: Sequence[Any]) -> str:
-    shown = ", ".join(text(value) for value in values[:MAX_LISTED])
-    return shown + (", ..." if len(values) > MAX_LISTED else "")
-
-
-def _number(value: Any) -> int | None:
-    """The number a value stands for (every:K -> K), to find the nearest valid one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.startswith("every:"):
-        return int(value.split(":", 1)[1])
-    return None
-
-
-def _nearest(target: Any, candidates: Sequence[Any]) -> Any:
-    number = _number(target)
-    if number is None:
-        return candidates[0]
-
-    def distance(value: Any) -> tuple:
-        other = _number(value)
-        return (1, 0, 0) if other is None else (0, abs(other - number), other)
-
-    return min(candidates, key=distance)
 
 
 class _Chain:
@@ -153,18 +117,18 @@ class _Chain:
         groups: dict[str, list] = {}
         for value, reason in removed:
             groups.setdefault(reason, []).append(value)
-        clauses = [f"{_listing(values)} ({label}) {'is' if len(values) == 1 else 'are'} {reason}" for reason, values in groups.items()]
+        clauses = [f"{listing(values)} ({label}) {'is' if len(values) == 1 else 'are'} {reason}" for reason, values in groups.items()]
         if not listed:
             clauses = ["its default domain has no value for this GPU"]
         valid = [value for value in dict.fromkeys(list(universe()) + list(listed)) if why(value) is None]
         reason = f"{field} has no value left to search: " + "; ".join(clauses)
         if valid and any(not why_text.startswith("forbidden") for why_text in groups):
-            reason += f" (valid: {_listing(valid)})"
+            reason += f" (valid: {listing(valid)})"
         alternatives = [value for value in valid if value not in forbidden]
         space = self.space
         changes: list[tuple[str, dict]] = list(fixes([value for value in listed if value not in forbidden]))
         if field in space.pin and alternatives:
-            nearest = _nearest(listed[0], alternatives)
+            nearest = nearest_value(listed[0], alternatives)
             changes.append((f"--pin {field}={text(nearest)}", {"pin": {**space.pin, field: text(nearest)}}))
         elif field in space.allow and alternatives:
             chosen = alternatives[:MAX_LISTED]
@@ -288,7 +252,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
             return f"not a divisor of the global batch of {global_batch:,} sequences"
         if not any((global_batch // degree) % size == 0 for degree in data_parallel):
             return (f"not a divisor of global_batch / data_parallel for any data-parallel degree left "
-                    f"({_listing(data_parallel)})")
+                    f"({listing(data_parallel)})")
         return None
 
     chain.keep("micro_batch", micro_batch_reason, universe=lambda: divisors(global_batch // min(data_parallel)))
@@ -300,7 +264,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
 
         for code, lowest, message in OFFLOAD_RULES:  # the rules' one home: costs/offload.py
             if name == OFFLOAD_NAMES[code] and not any(stage >= lowest for stage in zero_stages):
-                return f"not valid: {message}, and zero_stage can only be {_listing(zero_stages)}"
+                return f"not valid: {message}, and zero_stage can only be {listing(zero_stages)}"
         return None
 
     chain.keep("offload", offload_reason, universe=lambda: ("none", "cpu", "nvme"))
@@ -318,7 +282,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
         if kind != CHECKPOINT_EVERY or any(all(count % every == 0 for count in counts) for counts in stage_sets):
             return None
         return (f"not valid for {model.name}: the interval must divide the layers of one pipeline stage, and its "
-                f"{model.layers} layers make stages of {_listing(stages)} layers (pipeline_parallel {_listing(pipeline)})")
+                f"{model.layers} layers make stages of {listing(stages)} layers (pipeline_parallel {listing(pipeline)})")
 
     def checkpointing_universe() -> list[str]:
         intervals = sorted({interval for counts in stage_sets for interval in divisors(math.gcd(*counts))})
@@ -344,7 +308,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
         if not any(all(count % chunks == 0 for count in counts) for counts in deep_sets):
             deep_counts = sorted({count for counts in deep_sets for count in counts}, reverse=True)
             return (f"not valid: the layers of a stage must split into that many chunks, and {model.name}'s stages have "
-                    f"{_listing(deep_counts)} layers (pipeline_parallel {_listing(deep)})")
+                    f"{listing(deep_counts)} layers (pipeline_parallel {listing(deep)})")
         return None
 
     chain.keep("virtual_stages", virtual_stages_reason, universe=lambda: (1, 2, 4))
