@@ -47,7 +47,7 @@ from vramopt.cli_framework import EXPORT_TARGETS, framework_option, resolve_fram
 from vramopt.display_cost import render_cost_front
 from vramopt.frameworks import DEFAULT_FRAMEWORK
 # The error handling and the shared options live in these two modules; their names stay
-# importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.OPTIMIZER_CHOICES, ...).
+# importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.TRAINING_ONLY, ...).
 from vramopt.cli_group import (  # noqa: F401 - re-exported
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -64,13 +64,10 @@ from vramopt.cli_group import (  # noqa: F401 - re-exported
 )
 from vramopt.cli_options import (  # noqa: F401 - re-exported
     DEFAULT_HEADROOM_FRACTION,
-    OFFLOAD_CHOICES,
-    OPTIMIZER_CHOICES,
     POSITIVE,
     SERVING_ONLY,
     TIME_LIMIT,
     TRAINING_ONLY,
-    CheckpointingType,
     ChoiceListType,
     HeadroomType,
     apply_options,

@@ -15,13 +15,10 @@ from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
 from vramopt.display import OUTPUT_FORMATS, flatten, to_csv, to_json
 from vramopt.errors import InputError
 from vramopt.hardware import load_gpu
-from vramopt.plan import checkpointing_name, parse_checkpointing
+from vramopt.constraints.technique import REQUIRED
+from vramopt.plan_record import plan_techniques
 from vramopt.types import MAX_COUNT, PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
-OFFLOAD_CHOICES = ("none", "cpu", "nvme")
-OPTIMIZER_CHOICES = ("adam", "adam8bit", "adafactor", "sgd")
-"""costs/optimizer_states.OPTIMIZER_NAMES, spelled out here so --help imports no numpy
-(tests/unit/test_technique_completeness.py checks the two agree)."""
 DEFAULT_HEADROOM_FRACTION = 0.10
 """The seed's rule: keep at least 10% of each GPU's memory free."""
 
@@ -49,14 +46,17 @@ class HeadroomType(click.ParamType):
         return fraction
 
 
-class CheckpointingType(click.ParamType):
-    """'none', 'selective', 'full' (= every:1) or 'every:K'; normalized to the plan's spelling."""
+class TechniqueValueType(click.ParamType):
+    """A value read by the technique's own parser (checkpointing's none, selective, full
+    (= every:1) or every:K), normalized to the plan's spelling."""
 
-    name = "none|selective|full|every:K"
+    def __init__(self, technique) -> None:
+        self.technique = technique
+        self.name = technique.plan_field.metavar or technique.field
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            return checkpointing_name(*parse_checkpointing(str(value)))
+            return self.technique.parse(str(value))
         except InputError as error:
             self.fail(str(error), param, ctx)
 
@@ -117,41 +117,31 @@ workload_options = apply_options(
     ]
 )
 
+def _technique_option(technique) -> Callable:
+    """The estimate option of one training technique, from its ``PlanField`` declaration
+    (flags, type, default, help), so that a new technique brings its own option."""
+    declaration = technique.plan_field
+    default = declaration.option_default if declaration.default is REQUIRED else declaration.default
+    if declaration.follows:
+        default = None  # the value of the field it follows (build_plan)
+    if declaration.python_type is bool:
+        return click.option(*declaration.flags, technique.field, default=default, show_default=declaration.show_default,
+                            help=declaration.help)
+    if declaration.python_type is int:
+        values = declaration.choices
+        kind = (click.IntRange(min(values), max(values)) if values
+                else click.IntRange(min=min(declaration.minimum, default), max=MAX_COUNT))
+    elif declaration.cli_type == "parse":
+        kind = TechniqueValueType(technique)
+    else:
+        kind = click.Choice(declaration.choices) if declaration.choices else None
+    return click.option(*declaration.flags, technique.field, type=kind, default=default,
+                        show_default=declaration.show_default and not declaration.follows, help=declaration.help)
+
+
 plan_options = apply_options(
-    [
-        click.option("--gpu", default="b200", show_default=True, help="GPU type (see `vramopt gpus`)."),
-        click.option("--gpus", type=POSITIVE, default=1, show_default=True, help="GPU count = tp x cp x pp x dp."),
-        click.option("--tp", "tensor_parallel", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--cp", "--context-parallel", "context_parallel", type=POSITIVE, default=1, show_default=True,
-                     help="Context-parallel degree: ring attention over cp GPUs that split each sequence."),
-        click.option("--ep", "--expert-parallel", "expert_parallel", type=POSITIVE, default=1, show_default=True,
-                     help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of tp x cp x dp."),
-        click.option("--etp", "--expert-tensor-parallel", "expert_tensor_parallel", type=click.IntRange(0), default=0,
-                     help="Experts' tensor-parallel degree (Megatron-Core ETP; 1 = whole experts per rank). "
-                          "[default: 0 = the --tp degree]"),
-        click.option("--pp", "pipeline_parallel", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel stages."),
-        click.option("--first-stage-layers", "first_stage_layers", type=click.IntRange(min=0, max=MAX_COUNT), default=0, show_default=True,
-                     help="Layers on the first pipeline stage (0 = as a middle stage; Megatron --decoder-first-pipeline-num-layers)."),
-        click.option("--last-stage-layers", "last_stage_layers", type=click.IntRange(min=0, max=MAX_COUNT), default=0, show_default=True,
-                     help="Layers on the last pipeline stage (0 = as a middle stage; Megatron --decoder-last-pipeline-num-layers)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
-                     help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1)."),
-        click.option("--virtual-stages", type=POSITIVE, default=1, show_default=True,
-                     help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B)."),
-        click.option("--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage 0-3."),
-        click.option("--checkpoint", "checkpointing", type=CheckpointingType(), default="none", show_default=True,
-                     help="Activation checkpointing: none, selective, full (= every:1) or every:K layers."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
-                     help="Compute precision (fp32 master weights and Adam states stay fp32)."),
-        click.option("--grad-comm-precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Precision of gradients on the wire.  [default: same as --precision]"),
-        click.option("--offload", type=click.Choice(OFFLOAD_CHOICES), default="none", show_default=True,
-                     help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3)."),
-        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adam", show_default=True,
-                     help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum)."),
-        click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
-                     help="FlashAttention: no s^2 attention-score activations."),
-        click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch per GPU."),
+    [_technique_option(technique) for technique in plan_techniques()]
+    + [
         click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="bf16", show_default=True,
                      help="infer: weight format (int8/int4 weight-only; fp8/fp4 need those tensor cores)."),
         click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="bf16", show_default=True,
@@ -166,13 +156,12 @@ plan_options = apply_options(
 )
 
 TRAINING_ONLY = {
-    "seq_len": "--seq-len", "global_batch": "--global-batch", "sequence_parallel": "--sequence-parallel",
-    "virtual_stages": "--virtual-stages", "context_parallel": "--cp", "expert_parallel": "--ep",
-    "expert_tensor_parallel": "--etp", "first_stage_layers": "--first-stage-layers",
-    "last_stage_layers": "--last-stage-layers", "zero_stage": "--zero", "checkpointing": "--checkpoint", "precision": "--precision",
-    "grad_comm_precision": "--grad-comm-precision", "offload": "--offload", "flash_attention": "--flash-attention",
-    "micro_batch": "--micro-batch", "optimizer": "--optimizer",
+    "seq_len": "--seq-len", "global_batch": "--global-batch",
+    **{technique.field: technique.plan_field.flags[0].split("/")[0] for technique in plan_techniques()
+       if "infer" not in technique.workloads},
 }
+"""The options a serving request refuses: the training workload's and every training-only
+technique's (its first flag)."""
 SERVING_ONLY = {
     "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
     "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
@@ -213,10 +202,10 @@ def build_plan(options: Mapping[str, Any]):
             mig_profile=options["mig_profile"],
             speculative_decoding=options["speculative_decoding"],
         )
-    from vramopt.constraints import registry  # the techniques (and numpy), only once a plan is built
-
-    values = {technique.field: options[technique.field] for technique in registry.training_techniques() if not technique.derived}
-    values["grad_comm_precision"] = values["grad_comm_precision"] or values["precision"]  # default: same as --precision
+    values = {technique.field: options[technique.field] for technique in plan_techniques()}
+    for technique in plan_techniques():
+        if technique.plan_field.follows and values[technique.field] is None:  # default: the field it follows
+            values[technique.field] = values[technique.plan_field.follows]
     return TrainingPlan(**values)
 
 

@@ -12,33 +12,13 @@ from typing import Sequence
 
 import numpy as np
 
-from vramopt.constraints import registry
 from vramopt.constraints.checkpointing import checkpointing_name, parse_checkpointing
 from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
-from vramopt.costs.columns import OFFLOAD_NAMES, PlanColumns
-from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
+from vramopt.costs.columns import PlanColumns
 from vramopt.costs.training import TrainingCase
 from vramopt.errors import InputError
 from vramopt.parallel_layout import ParallelLayout
-from vramopt.types import MAX_COUNT, PRECISIONS, TrainingPlan
-
-
-def precision_code(name: str, field: str = "precision") -> int:
-    if name not in PRECISIONS:
-        raise InputError(f"{field} '{name}' is not one of {', '.join(PRECISIONS)}")
-    return PRECISIONS.index(name)
-
-
-def offload_code(name: str) -> int:
-    if name not in OFFLOAD_NAMES:
-        raise InputError(f"offload '{name}' is not one of {', '.join(OFFLOAD_NAMES)}")
-    return OFFLOAD_NAMES.index(name)
-
-
-def optimizer_code(name: str) -> int:
-    if name not in OPTIMIZER_NAMES:
-        raise InputError(f"optimizer '{name}' is not one of {', '.join(OPTIMIZER_NAMES)}")
-    return OPTIMIZER_NAMES.index(name)
+from vramopt.plan_record import TrainingPlan, plan_techniques
 
 
 def data_parallel_degree(plan: TrainingPlan) -> int:
@@ -50,19 +30,12 @@ def nodes_used(gpus: int, gpus_per_node: int) -> int:
 
 
 def check_sizes(plan: TrainingPlan) -> None:
-    for field in ("gpus", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "virtual_stages", "micro_batch"):
-        value = getattr(plan, field)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-            raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
-    etp = plan.expert_tensor_parallel
-    if isinstance(etp, bool) or not isinstance(etp, int) or not 1 <= etp <= MAX_COUNT:
-        raise InputError(f"expert_tensor_parallel must be an integer from 1 to {MAX_COUNT:,} (or 0 for tensor_parallel), got {etp!r}")
-    for field in ("first_stage_layers", "last_stage_layers"):  # 0 = as a middle stage
-        value = getattr(plan, field)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-            raise InputError(f"{field} must be an integer from 0 to {MAX_COUNT:,}, got {value!r}")
-    if plan.zero_stage not in (0, 1, 2, 3) or isinstance(plan.zero_stage, bool):
-        raise InputError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
+    """Each field well formed by its technique's declaration (``PlanField.problem``, in
+    ``registry.PLAN_ORDER``), then the layout's product dividing the GPUs."""
+    for technique in plan_techniques():
+        problem = technique.plan_field.problem(technique.field, getattr(plan, technique.field))
+        if problem:
+            raise InputError(problem)
     product = ParallelLayout.from_plan(plan).replica_gpus
     if plan.gpus % product != 0:
         raise InputError(
@@ -79,14 +52,9 @@ def encode(plans: Sequence[TrainingPlan]) -> PlanColumns:
     rows: dict[str, list[int]] = {}
     for plan in plans:
         check_sizes(plan)
-        precision_code(plan.precision)
-        precision_code(plan.grad_comm_precision, "grad_comm_precision")
-        offload_code(plan.offload)
-        optimizer_code(plan.optimizer)
         codes = {"data_parallel": data_parallel_degree(plan)}
-        for technique in registry.training_techniques():
-            if not technique.derived:
-                codes.update(technique.columns(getattr(plan, technique.field)))
+        for technique in plan_techniques():
+            codes.update(technique.columns(getattr(plan, technique.field)))
         for name, code in codes.items():
             rows.setdefault(name, []).append(int(code))
     return PlanColumns(**{name: np.array(values, dtype=np.int64) for name, values in rows.items()})
@@ -130,6 +98,5 @@ def describe(plan: TrainingPlan) -> str:
 def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:
     """The plan of row ``index`` of ``columns``, read back by each technique's ``decode``."""
     codes = {name: int(np.broadcast_to(getattr(columns, name), (len(columns),))[index]) for name in columns.column_names()}
-    values = {technique.field: technique.decode(codes) for technique in registry.training_techniques()
-              if not technique.derived and technique.field != "gpu"}
+    values = {technique.field: technique.decode(codes) for technique in plan_techniques() if technique.field != "gpu"}
     return TrainingPlan(gpu=gpu_name, **values)

@@ -102,50 +102,6 @@ class GpuSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TrainingPlan:
-    """One combination of techniques for training; the JSON contract's ``plan``."""
-
-    gpu: str
-    gpus: int
-    tensor_parallel: int = 1
-    context_parallel: int = 1
-    """Ranks that split each sequence with ring attention (Liu et al. 2023; Megatron-Core
-    and torchtitan context parallelism); 1 = none. gpus = tp x cp x pp x dp."""
-    pipeline_parallel: int = 1
-    sequence_parallel: bool = False
-    """Shard the layer-norm/dropout activations over the tensor-parallel group (needs tp > 1)."""
-    virtual_stages: int = 1
-    """Interleaved pipeline: model chunks per GPU (1 = plain 1F1B)."""
-    zero_stage: int = 0
-    checkpointing: str = "none"
-    """'none', 'selective' (attention core only), or 'every:K' (full recomputation, a
-    checkpoint every K layers; 'full' means every:1)."""
-    precision: str = "bf16"
-    grad_comm_precision: str = "bf16"
-    offload: str = "none"
-    """'none', 'cpu' (optimizer states to host RAM), 'nvme' (all model states to NVMe)."""
-    flash_attention: bool = True
-    micro_batch: int = 1
-    optimizer: str = "adam"
-    """Optimizer-state format: 'adam' (fp32 states), 'adam8bit' (bitsandbytes block-wise),
-    'adafactor' (factored second moment), 'sgd' (momentum); costs/optimizer_states.py."""
-    expert_parallel: int = 1
-    """Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py)."""
-    expert_tensor_parallel: int = 0
-    """Ranks that split each routed expert's matrices (Megatron-Core ETP); 0 (the default)
-    stands for the tensor-parallel degree, Megatron-Core's default, and is resolved to it on
-    construction, so a plan always carries the degree it runs (costs/expert_parallel.py)."""
-    first_stage_layers: int = 0
-    """Layers of the first pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
-    last_stage_layers: int = 0
-    """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
-
-    def __post_init__(self) -> None:
-        if self.expert_tensor_parallel == 0 and not isinstance(self.expert_tensor_parallel, bool):
-            object.__setattr__(self, "expert_tensor_parallel", self.tensor_parallel)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingWorkload:
     """What the user trains: the model and the batch shape, and the headroom rule."""
 
@@ -291,3 +247,14 @@ class ServingWorkload:
     tpot_ms: float | None = None
     """Bound on the mean time per output token, milliseconds."""
     kind: str = "infer"
+
+
+def __getattr__(name: str):
+    """``TrainingPlan`` is generated from the techniques' plan-field declarations
+    (``vramopt/plan_record.py``); the techniques import this module, so it is resolved on
+    first use rather than at import."""
+    if name == "TrainingPlan":
+        from vramopt.plan_record import TrainingPlan
+
+        return TrainingPlan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

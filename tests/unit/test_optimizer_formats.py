@@ -143,8 +143,9 @@ def test_the_optimizer_technique_is_complete_and_registered():
 
 
 def test_the_cli_spells_the_same_optimizer_names():
-    from vramopt.cli import OPTIMIZER_CHOICES
+    from vramopt.cli import main
     from vramopt.constraints.optimizer_format import OPTIMIZER
 
-    assert OPTIMIZER_CHOICES == OPTIMIZER_NAMES
+    option = next(param for param in main.commands["estimate"].params if param.name == "optimizer")
+    assert tuple(option.type.choices) == OPTIMIZER_NAMES
     assert tuple(OPTIMIZER.contribution.contract.enum) == OPTIMIZER_NAMES

@@ -7,7 +7,7 @@ term the attention core per implementation, ``costs/operators.attention_core_sec
 from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
-from vramopt.constraints.technique import Technique, parse_bool
+from vramopt.constraints.technique import PlanField, Technique, parse_bool
 from vramopt.costs.activations import layer_bytes
 from vramopt.costs.operators import attention_core_seconds
 
@@ -29,6 +29,10 @@ FLASH_ATTENTION = Technique(
     columns=lambda value: {"flash_attention": int(value)},
     decode=lambda codes: bool(codes["flash_attention"]),
     neutral=True,
+    plan_field=PlanField(
+        python_type=bool, default=True, flags=("--flash-attention/--no-flash-attention",),
+        help="FlashAttention: no s^2 attention-score activations.",
+    ),
     contribution=Contribution(
         validity=no_rules,  # cp > 1 needs it: context parallelism's rule
         memory=layer_bytes,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.parallelism import divisors
-from vramopt.constraints.technique import Technique, parse_int
+from vramopt.constraints.technique import PlanField, Technique, parse_int
 from vramopt.costs.memory import activation_bytes
 from vramopt.costs.training import micro_batches_per_step
 
@@ -31,6 +31,9 @@ MICRO_BATCH = Technique(
     ),
     columns=lambda value: {"micro_batch": value},
     decode=lambda codes: int(codes["micro_batch"]),
+    plan_field=PlanField(
+        python_type=int, default=1, minimum=1, flags=("--micro-batch",), help="Sequences per micro-batch per GPU.",
+    ),
     contribution=Contribution(
         validity=no_rules,  # global_batch a multiple of micro_batch x dp: the layout's rule
         memory=activation_bytes,

@@ -14,7 +14,7 @@ import math
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.parallelism import divisors
-from vramopt.constraints.technique import Technique
+from vramopt.constraints.technique import PlanField, Technique
 from vramopt.costs.pipeline_stages import fewest_layers_on_a_stage, stage_counts
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_NONE, CHECKPOINT_SELECTIVE
 from vramopt.costs.compute import recompute_flops_per_token
@@ -107,6 +107,12 @@ CHECKPOINTING = Technique(
     columns=_columns,
     decode=lambda codes: checkpointing_name(int(codes["checkpoint_kind"]), int(codes["checkpoint_every"])),
     neutral="none",
+    plan_field=PlanField(
+        python_type=str, default="none", flags=("--checkpoint",), cli_type="parse", metavar="none|selective|full|every:K",
+        doc="'none', 'selective' (attention core only), or 'every:K' (full recomputation, a checkpoint every "
+            "K layers; 'full' means every:1).",
+        help="Activation checkpointing: none, selective, full (= every:1) or every:K layers.",
+    ),
     contribution=Contribution(
         validity=checkpointing_invalid_reasons,
         memory=activation_bytes,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import DomainContext, Technique, parse_int
+from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
 from vramopt.costs.context_parallel import (
     context_parallel_invalid_reasons,
     ring_seconds_per_micro_batch,
@@ -83,6 +83,12 @@ CONTEXT_PARALLEL = Technique(
     default_values=default_degrees,
     columns=lambda value: {"context_parallel": value},
     decode=lambda codes: int(codes["context_parallel"]),
+    plan_field=PlanField(
+        python_type=int, default=1, minimum=1, flags=("--cp", "--context-parallel"),
+        doc="Ranks that split each sequence with ring attention (Liu et al. 2023; Megatron-Core and "
+            "torchtitan context parallelism); 1 = none. gpus = tp x cp x pp x dp.",
+        help="Context-parallel degree: ring attention over cp GPUs that split each sequence.",
+    ),
     contribution=Contribution(
         validity=lambda case, columns: context_parallel_invalid_reasons(case.seq_len, columns),
         memory=tokens_per_rank,

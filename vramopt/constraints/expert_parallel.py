@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import DomainContext, Technique, parse_int
+from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
 from vramopt.costs.expert_parallel import (
     all_to_all_seconds_per_micro_batch,
     expert_parallel_invalid_reasons,
@@ -57,6 +57,11 @@ EXPERT_PARALLEL = Technique(
     default_values=default_degrees,
     columns=lambda value: {"expert_parallel": value},
     decode=lambda codes: int(codes["expert_parallel"]),
+    plan_field=PlanField(
+        python_type=int, default=1, minimum=1, flags=("--ep", "--expert-parallel"),
+        doc="Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py).",
+        help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of tp x cp x dp.",
+    ),
     contribution=Contribution(
         validity=lambda case, columns: expert_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,
@@ -163,6 +168,12 @@ def _deepspeed_note_expert_tensor(draft: ExportDraft) -> list[str]:
             "enables expert tensor parallelism (deepspeed.moe.layer.MoE(enable_expert_tensor_parallelism=True))"]
 
 
+
+def _resolved_expert_tensor_parallel(plan) -> int:
+    """0 stands for the tensor-parallel degree (Megatron-Core's default for ETP)."""
+    value = plan.expert_tensor_parallel
+    return plan.tensor_parallel if value == 0 and not isinstance(value, bool) else value
+
 EXPERT_TENSOR_PARALLEL = Technique(
     field="expert_tensor_parallel",
     group="key",
@@ -172,6 +183,15 @@ EXPERT_TENSOR_PARALLEL = Technique(
     default_values=default_expert_tensor_degrees,
     columns=lambda value: {"expert_tensor_parallel": value},
     decode=lambda codes: int(codes["expert_tensor_parallel"]) or int(codes["tensor_parallel"]),
+    plan_field=PlanField(
+        python_type=int, default=0, minimum=1, minimum_note="(or 0 for tensor_parallel)",
+        flags=("--etp", "--expert-tensor-parallel"), show_default=False,
+        doc="Ranks that split each routed expert's matrices (Megatron-Core ETP); 0 (the default) stands for the "
+            "tensor-parallel degree, Megatron-Core's default, and is resolved to it on construction, so a plan "
+            "always carries the degree it runs (costs/expert_parallel.py).",
+        help="Experts' tensor-parallel degree (Megatron-Core ETP; 1 = whole experts per rank). [default: 0 = the --tp degree]",
+        resolve=_resolved_expert_tensor_parallel,
+    ),
     contribution=Contribution(
         validity=lambda case, columns: expert_tensor_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,

@@ -6,7 +6,7 @@ rules that tie offload to a ZeRO stage are ``costs/offload.OFFLOAD_RULES``."""
 from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import Technique, parse_choice
+from vramopt.constraints.technique import PlanField, Technique, parse_choice
 from vramopt.costs.columns import OFFLOAD_NAMES
 from vramopt.costs.memory import offloaded_bytes_per_gpu
 from vramopt.costs.offload import offload_invalid_reasons, offload_seconds_per_step
@@ -62,6 +62,11 @@ OFFLOAD = Technique(
     columns=lambda value: {"offload": OFFLOAD_NAMES.index(value)},
     decode=lambda codes: OFFLOAD_NAMES[int(codes["offload"])],
     neutral="none",
+    plan_field=PlanField(
+        python_type=str, default="none", choices=OFFLOAD_NAMES, flags=("--offload",),
+        doc="'none', 'cpu' (optimizer states to host RAM), 'nvme' (all model states to NVMe).",
+        help="cpu: optimizer states to host RAM (ZeRO >= 1); nvme: all model states to NVMe (ZeRO 3).",
+    ),
     contribution=Contribution(
         validity=lambda case, columns: offload_invalid_reasons(columns.offload, columns.zero_stage),
         memory=offloaded_bytes_per_gpu,

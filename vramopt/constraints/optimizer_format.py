@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import Technique, parse_choice
+from vramopt.constraints.technique import PlanField, Technique, parse_choice
 from vramopt.costs.optimizer_states import (
     BY_NAME,
     FORMATS,
@@ -65,6 +65,12 @@ OPTIMIZER = Technique(
     columns=lambda value: {"optimizer": OPTIMIZER_NAMES.index(value)},
     decode=lambda codes: OPTIMIZER_NAMES[int(codes["optimizer"])],
     neutral="adam",
+    plan_field=PlanField(
+        python_type=str, default="adam", choices=OPTIMIZER_NAMES, flags=("--optimizer",),
+        doc="Optimizer-state format: 'adam' (fp32 states), 'adam8bit' (bitsandbytes block-wise), 'adafactor' "
+            "(factored second moment), 'sgd' (momentum); costs/optimizer_states.py.",
+        help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum).",
+    ),
     contribution=Contribution(
         validity=lambda case, columns: optimizer_invalid_reasons(case.trainable_fraction, columns),
         memory=state_bytes_per_parameter,

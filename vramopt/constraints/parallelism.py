@@ -17,7 +17,7 @@ import numpy as np
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.serving_layout import serving_layout_invalid_reasons, vllm_pipeline_parallel, vllm_replicas, vllm_tensor_parallel
-from vramopt.constraints.technique import DomainContext, Technique, parse_bool, parse_int
+from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_bool, parse_int
 from vramopt.costs.activations import layer_bytes
 from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
 from vramopt.costs.gemm import gemm_seconds
@@ -173,6 +173,7 @@ GPU = Technique(
     columns=lambda value: {},
     decode=lambda codes: None,
     workloads=WORKLOADS,
+    plan_field=PlanField(python_type=str, option_default="b200", flags=("--gpu",), help="GPU type (see `vramopt gpus`)."),
     contribution=Contribution(
         validity=no_rules,  # its precision support is the precision field's rule
         memory=lambda case: float(case.gpu.memory_bytes),  # the capacity every term is held against
@@ -195,6 +196,7 @@ GPUS = Technique(
     columns=lambda value: {"gpus": value},
     decode=lambda codes: int(codes["gpus"]),
     workloads=WORKLOADS,
+    plan_field=PlanField(python_type=int, minimum=1, option_default=1, flags=("--gpus",), help="GPU count = tp x cp x pp x dp."),
     contribution=Contribution(
         validity=no_rules,  # gpus = tp x cp x pp x dp is the layout's rule (tensor_parallel)
         memory=gpus_on_busiest_node,  # host RAM and NVMe are held per node
@@ -217,6 +219,7 @@ TENSOR_PARALLEL = Technique(
     columns=lambda value: {"tensor_parallel": value},
     decode=lambda codes: int(codes["tensor_parallel"]),
     workloads=WORKLOADS,
+    plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--tp",), help="Tensor-parallel degree."),
     contribution=Contribution(
         validity=layout_invalid_reasons,
         memory=parameters_per_gpu,
@@ -242,6 +245,7 @@ PIPELINE_PARALLEL = Technique(
     columns=lambda value: {"pipeline_parallel": value},
     decode=lambda codes: int(codes["pipeline_parallel"]),
     workloads=WORKLOADS,
+    plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--pp",), help="Pipeline-parallel stages."),
     contribution=Contribution(
         validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         memory=in_flight_micro_batches,
@@ -288,6 +292,11 @@ SEQUENCE_PARALLEL = Technique(
     columns=lambda value: {"sequence_parallel": int(value)},
     decode=lambda codes: bool(codes["sequence_parallel"]),
     neutral=False,
+    plan_field=PlanField(
+        python_type=bool, default=False, flags=("--sequence-parallel/--no-sequence-parallel",),
+        doc="Shard the layer-norm/dropout activations over the tensor-parallel group (needs tp > 1).",
+        help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1).",
+    ),
     contribution=Contribution(
         validity=sequence_parallel_invalid_reasons,
         memory=layer_bytes,
@@ -310,6 +319,11 @@ VIRTUAL_STAGES = Technique(
     columns=lambda value: {"virtual_stages": value},
     decode=lambda codes: int(codes["virtual_stages"]),
     neutral=1,
+    plan_field=PlanField(
+        python_type=int, default=1, minimum=1, flags=("--virtual-stages",),
+        doc="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
+        help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
+    ),
     contribution=Contribution(
         validity=virtual_stages_invalid_reasons,
         memory=in_flight_micro_batches,

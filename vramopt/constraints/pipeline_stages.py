@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
-from vramopt.constraints.technique import DomainContext, Technique, parse_int
+from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
 from vramopt.costs.compute import slowest_stage_operator_seconds
 from vramopt.costs.pipeline_stages import (
     heaviest_weight_stage,
@@ -96,6 +96,11 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
         default_values=_default_values(index),
         columns=lambda value: {field: value},
         decode=lambda codes: int(codes[field]),
+        plan_field=PlanField(
+            python_type=int, default=0, minimum=0, flags=(f"--{field.replace('_', '-')}",),
+            doc=f"Layers of the {label} pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py).",
+            help=f"Layers on the {label} pipeline stage (0 = as a middle stage; Megatron {megatron_flag}).",
+        ),
         contribution=Contribution(
             validity=validity,
             memory=memory,

@@ -12,7 +12,7 @@ vramopt does not price, so it is opt-in).
 from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules, no_term
-from vramopt.constraints.technique import DomainContext, Technique, parse_choice
+from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_choice
 from vramopt.costs.communication import data_parallel_seconds_per_step
 from vramopt.costs.compute import peak_flops_per_s
 from vramopt.costs.operators import linear_peak
@@ -86,6 +86,10 @@ PRECISION = Technique(
     default_values=_default_precisions,
     columns=lambda value: {"precision": PRECISIONS.index(value)},
     decode=lambda codes: PRECISIONS[int(codes["precision"])],
+    plan_field=PlanField(
+        python_type=str, default="bf16", choices=PRECISIONS, flags=("--precision",),
+        help="Compute precision (fp32 master weights and Adam states stay fp32).",
+    ),
     contribution=Contribution(
         validity=precision_invalid_reasons,
         memory=weight_bytes_per_parameter,
@@ -112,6 +116,10 @@ GRAD_COMM_PRECISION = Technique(
     columns=lambda value: {} if value == SAME_AS_PRECISION else {"grad_comm_precision": PRECISIONS.index(value)},
     decode=lambda codes: PRECISIONS[int(codes["grad_comm_precision"])],
     neutral=SAME_AS_PRECISION,
+    plan_field=PlanField(
+        python_type=str, default="bf16", choices=PRECISIONS, flags=("--grad-comm-precision",), follows="precision",
+        help="Precision of gradients on the wire.  [default: same as --precision]",
+    ),
     contribution=Contribution(
         validity=no_rules,
         memory=no_term,  # the gradients are held at the training precision; only the wire changes

@@ -21,6 +21,67 @@ from vramopt.types import MAX_COUNT, TRAINING_KINDS, WORKLOADS
 
 GROUPS = ("key", "state", "activation")
 
+REQUIRED = object()
+"""``PlanField.default`` of a field every plan must name (the GPU type and count)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanField:
+    """The technique's field in the typed training plan (``vramopt.plan_record.TrainingPlan``,
+    generated from these declarations in ``registry.PLAN_ORDER``), the checks a plan's value
+    must pass before it is encoded, and its ``vramopt estimate`` option, so that a new
+    technique declares them here and touches no shared record."""
+
+    python_type: type
+    default: Any = REQUIRED
+    doc: str = ""
+    flags: tuple[str, ...] = ()
+    """The estimate option's flags (``("--cp", "--context-parallel")``; a boolean's is
+    ``("--x/--no-x",)``); the option's parameter name is the field."""
+    help: str = ""
+    minimum: int | None = None
+    """An integer field's smallest value (its largest is ``types.MAX_COUNT``)."""
+    minimum_note: str = ""
+    """What the smallest value means when it is not a degree (``(or 0 for tensor_parallel)``)."""
+    choices: tuple = ()
+    """The values a string (or enumerated integer) field takes."""
+    show_default: bool = True
+    """False when the help text states the default itself (a default that follows another field)."""
+    cli_type: str = ""
+    """'parse': the option converts its text with the technique's ``parse`` (checkpointing's
+    every:K spelling); '' for the type the declaration implies."""
+    metavar: str = ""
+    """The option's value placeholder in ``--help`` when ``cli_type`` is 'parse'."""
+    resolve: Callable[[Any], Any] | None = None
+    """plan -> the value the plan stores, for a default that follows another field
+    (expert tensor parallelism's 0 is the tensor-parallel degree)."""
+    option_default: Any = None
+    """The estimate option's default for a field every plan must name (``--gpu b200``)."""
+    follows: str = ""
+    """The field whose value the estimate option takes when it is not given (gradient
+    communication precision follows --precision); the option's default is then None."""
+
+    def problem(self, name: str, value: Any) -> str:
+        """Why ``value`` is not a well-formed value of the field ('' when it is)."""
+        if self.python_type is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                return self._integer_message(name, value)
+            if self.choices:
+                return "" if value in self.choices else self._integer_message(name, value)
+            if self.minimum is not None and not self.minimum <= value <= MAX_COUNT:
+                return self._integer_message(name, value)
+            return ""
+        if self.choices and value not in self.choices:
+            return f"{name} '{value}' is not one of {', '.join(self.choices)}"
+        return ""
+
+    def _integer_message(self, name: str, value: Any) -> str:
+        if self.choices:
+            listed = [str(choice) for choice in self.choices]
+            return f"{name} must be {', '.join(listed[:-1])} or {listed[-1]}, got {value!r}"
+        note = f" {self.minimum_note}" if self.minimum_note else ""
+        return f"{name} must be an integer from {self.minimum} to {MAX_COUNT:,}{note}, got {value!r}"
+
 
 @dataclass(frozen=True, slots=True)
 class DomainContext:
@@ -66,6 +127,9 @@ class Technique:
     derived: bool = False
     """A field the layout computes from the others (data_parallel): it is in the response's
     plan and the display, not in ``TrainingPlan``."""
+    plan_field: PlanField | None = None
+    """Its field in the typed training plan and its estimate option (every training
+    technique that is not derived has one; serving plans are ``types.ServingPlan``)."""
     contribution: Any = None
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); every registered technique has one

@@ -8,7 +8,7 @@ of ``costs/communication.data_parallel_seconds_per_step``.
 from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
-from vramopt.constraints.technique import Technique, parse_int
+from vramopt.constraints.technique import PlanField, Technique, parse_int
 from vramopt.costs.communication import data_parallel_seconds_per_step
 from vramopt.costs.memory import model_state_bytes
 
@@ -39,6 +39,9 @@ ZERO_STAGE = Technique(
     columns=lambda value: {"zero_stage": value},
     decode=lambda codes: int(codes["zero_stage"]),
     neutral=0,
+    plan_field=PlanField(
+        python_type=int, default=0, choices=(0, 1, 2, 3), flags=("--zero",), help="ZeRO stage 0-3.",
+    ),
     contribution=Contribution(
         validity=no_rules,  # the offload rules that need a ZeRO stage are offload's
         memory=model_state_bytes,

@@ -1,0 +1,61 @@
+"""``TrainingPlan``: the typed training plan, generated from the techniques' declarations.
+
+Each training technique declares its plan field (``constraints/technique.PlanField``: type,
+default, doc, estimate option) in its own module; this module turns them, in
+``registry.PLAN_ORDER``, into one frozen, keyword-only dataclass, so that adding a technique
+adds its field without editing a shared record. ``vramopt.types.TrainingPlan`` is this
+class (resolved on first use, because the techniques import the data layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from vramopt.constraints import registry
+from vramopt.constraints.technique import REQUIRED, Technique
+
+
+def plan_techniques() -> tuple[Technique, ...]:
+    """The techniques with a field in the training plan, in ``registry.PLAN_ORDER``."""
+    return tuple(technique for technique in registry.training_techniques() if not technique.derived)
+
+
+def _resolve_fields(plan: Any) -> None:
+    """Store the value each follower field stands for (etp 0 is tp): a plan always carries
+    the degrees it runs."""
+    for technique in _FOLLOWERS:
+        object.__setattr__(plan, technique.field, technique.plan_field.resolve(plan))
+
+
+def _field(technique: Technique) -> tuple[str, type, dataclasses.Field]:
+    declaration = technique.plan_field
+    metadata = {"doc": declaration.doc or technique.description}
+    if declaration.default is REQUIRED:
+        return technique.field, declaration.python_type, dataclasses.field(metadata=metadata)
+    return technique.field, declaration.python_type, dataclasses.field(default=declaration.default, metadata=metadata)
+
+
+def _plan_class() -> type:
+    techniques = plan_techniques()
+    missing = [technique.field for technique in techniques if technique.plan_field is None]
+    if missing:
+        raise TypeError(f"training techniques without a plan field declaration: {', '.join(missing)}")
+    plan = dataclasses.make_dataclass(  # keyword-only, so a required field may follow a defaulted one
+        "TrainingPlan", [_field(technique) for technique in techniques],
+        namespace={"__post_init__": _resolve_fields, "__module__": __name__},
+        frozen=True, kw_only=True, slots=True,
+    )
+    plan.__doc__ = ("One combination of techniques for training; the JSON contract's ``plan``. Fields, in "
+                    "registry.PLAN_ORDER: " + ", ".join(technique.field for technique in techniques) + ".")
+    return plan
+
+
+_FOLLOWERS = tuple(technique for technique in plan_techniques() if technique.plan_field and technique.plan_field.resolve)
+
+TrainingPlan = _plan_class()
+
+
+def field_doc(name: str) -> str:
+    """The declared meaning of one plan field (for docs and ``--help``)."""
+    return next(field for field in dataclasses.fields(TrainingPlan) if field.name == name).metadata["doc"]
