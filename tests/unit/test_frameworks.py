@@ -10,8 +10,8 @@ import pytest
 from vramopt.costs.columns import PlanColumns
 from vramopt.errors import InputError, UnknownNameError
 from vramopt.estimate import estimate_training
-from vramopt.frameworks import FRAMEWORKS, NEUTRAL_CODES, load_framework, space_for_framework
-from vramopt.frameworks.rule import GROUP_COLUMN_NAMES, KEY_COLUMN_NAMES
+from vramopt.frameworks import FRAMEWORKS, load_framework, neutral_codes, space_for_framework
+from vramopt.frameworks.rule import group_column_names
 from vramopt.optimizer.search import solve
 from vramopt.types import SearchSpace, TrainingPlan, TrainingWorkload
 
@@ -35,7 +35,8 @@ def test_each_rule_reads_only_the_key_and_its_own_group(name):
     rng = np.random.default_rng(15)
     for rule in FRAMEWORKS[name].rules:
         base = _random_columns(rng)
-        allowed = set(KEY_COLUMN_NAMES) | set(GROUP_COLUMN_NAMES[rule.group])
+        groups = group_column_names()
+        allowed = set(groups["key"]) | set(groups[rule.group])
         changed = dict(base)
         for column in RANGES:
             if column not in allowed:
@@ -49,7 +50,7 @@ def test_each_rule_reads_only_the_key_and_its_own_group(name):
 @pytest.mark.parametrize("name", sorted(FRAMEWORKS))
 def test_every_rule_cites_the_frameworks_release_and_the_neutral_plan_runs(name):
     framework = FRAMEWORKS[name]
-    neutral = PlanColumns.from_scalars(**NEUTRAL_CODES)
+    neutral = PlanColumns.from_scalars(**neutral_codes())
     for rule in framework.rules:
         assert framework.version in rule.source and ".py" in rule.source, rule.source
         assert not bool(np.asarray(rule.refuses(neutral)).any()), rule.message

@@ -39,16 +39,16 @@ DEFAULT_ALLOW: dict[str, Mapping[str, tuple[str, ...]]] = {
 default gradient precision follows the training precision, so fp8 training would send fp8
 gradients, which none of these frameworks does)."""
 
-NEUTRAL_CODES = {
-    "gpus": 1, "tensor_parallel": 1, "context_parallel": 1, "pipeline_parallel": 1, "data_parallel": 1,
-    "precision": PRECISIONS.index("bf16"), "micro_batch": 1, "zero_stage": 0, "offload": 0,
-    "grad_comm_precision": PRECISIONS.index("fp32"), "optimizer": 0, "checkpoint_kind": 0, "checkpoint_every": 0,
-    "flash_attention": 1, "sequence_parallel": 0, "virtual_stages": 1, "expert_parallel": 1, "expert_tensor_parallel": 0,
-    "first_stage_layers": 0, "last_stage_layers": 0,
-}
-"""A plan every framework runs (one GPU, bf16, Adam, fp32 gradient reduction, flash
-attention, nothing else): the values a pin is checked against for the fields not pinned
-(tests/unit/test_frameworks.py checks that no rule refuses it)."""
+def neutral_codes() -> dict[str, int]:
+    """The columns of a plan every framework runs (one GPU, bf16, Adam, fp32 gradient
+    reduction, flash attention, nothing else: the plan-field defaults with fp32 gradients):
+    the values a pin is checked against for the fields not pinned (tests/unit/test_frameworks.py
+    checks that no rule refuses it)."""
+    from vramopt.plan import encode
+    from vramopt.types import TrainingPlan
+
+    columns = encode([TrainingPlan(gpu="plain", gpus=1, grad_comm_precision="fp32")])
+    return {name: int(np.asarray(getattr(columns, name)).reshape(-1)[0]) for name in columns.column_names()}
 
 
 def load_framework(name: Any) -> Framework:
@@ -105,7 +105,7 @@ def _check_pins(framework: Framework, space) -> None:
     from vramopt.optimizer.domains import parsed_user_choices
 
     pins = parsed_user_choices(space)["pin"]
-    codes = dict(NEUTRAL_CODES)
+    codes = neutral_codes()
     for field, (value,) in pins.items():
         if field not in registry.BY_FIELD:
             continue

@@ -24,14 +24,24 @@ from vramopt.costs.columns import PlanColumns
 
 RULE_GROUPS = ("key", "state", "activation")
 
-KEY_COLUMN_NAMES = ("gpus", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch",
-                    "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers")
-GROUP_COLUMN_NAMES = {
-    "key": (),
-    "state": ("zero_stage", "offload", "grad_comm_precision", "optimizer"),
-    "activation": ("checkpoint_kind", "checkpoint_every", "flash_attention", "sequence_parallel", "virtual_stages"),
-}
-"""The PlanColumns a rule of each group may read besides the key columns."""
+
+
+def group_column_names() -> dict[str, tuple[str, ...]]:
+    """The PlanColumns the techniques of each group write (``Technique.columns`` of a value
+    of their domain): a rule of the key group reads only the key columns, a rule of another
+    group the key columns and its own (tests/unit/test_frameworks.py checks every rule)."""
+    from vramopt.constraints import registry
+    from vramopt.constraints.technique import REQUIRED
+
+    names: dict[str, list[str]] = {group: [] for group in RULE_GROUPS}
+    for technique in registry.training_techniques():
+        if technique.derived:
+            written: tuple[str, ...] = (technique.field,)
+        else:
+            declaration = technique.plan_field
+            written = tuple(technique.columns(declaration.option_default if declaration.default is REQUIRED else declaration.default))
+        names[technique.group].extend(name for name in written if name not in names[technique.group])
+    return {group: tuple(columns) for group, columns in names.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
