@@ -25,7 +25,6 @@ from vramopt.display_formats import (  # noqa: F401 - re-exported
 from vramopt.display_training import (  # noqa: F401 - re-exported
     _context_brief,
     fit_lines,
-    optimizer_why_line,
     render_memory,
     render_plan,
     render_throughput,

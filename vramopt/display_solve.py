@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, on_off, percent, table
 from vramopt.display_requests import render_requests, request_goal
-from vramopt.constraints.expert_parallel import why_line as expert_why_line
-from vramopt.display_training import _context_brief, optimizer_why_line, render_training, technique_line
+from vramopt.constraints import registry
+from vramopt.display_training import _context_brief, render_training, technique_line
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,10 +166,10 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
            if throughput.get("optimizer_step_s", 0.0) else "")
     )
-    if result.get("optimizer_gain"):
-        why += "\n          " + optimizer_why_line(result["plan"], result["optimizer_gain"], gb)
-    if result.get("expert_gain"):
-        why += "\n          " + expert_why_line(result["plan"], result["expert_gain"], gb)
+    for technique in registry.training_techniques():  # what each chosen value buys (Contribution.gain)
+        gain = technique.contribution.gain
+        if gain is not None and result.get(gain.key):
+            why += "\n          " + gain.sentence(result["plan"], result[gain.key], gb)
     offload = result.get("offload_cost")
     if offload:
         why += (

@@ -159,9 +159,3 @@ def _context_brief(plan: Mapping[str, Any], label: str) -> str:
     """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
     degree = plan.get("context_parallel", 1)
     return f"{label}{degree} " if degree > 1 else ""
-
-
-def optimizer_why_line(plan: Mapping[str, Any], gain: Mapping[str, Any], gb_format) -> str:
-    from vramopt.constraints.optimizer_format import why_line
-
-    return why_line(plan, gain, gb_format)

@@ -332,14 +332,12 @@ class SolveResult:
     workload_kind: str = "train"
     """For an offloaded plan: what the same plan would need without offload, and the
     expected slowdown (its tokens/s over the offloaded plan's)."""
-    optimizer_gain: Mapping[str, Any] | None = None
-    """For a plan whose optimizer is not Adam: the same plan with Adam (memory, fit, largest
-    micro-batch) and the speed-up (constraints/optimizer_format.optimizer_gain); the key
-    appears in the response only then."""
-    expert_gain: Mapping[str, Any] | None = None
-    """For a plan that splits experts otherwise than the dense layers (ep > 1 or etp != tp):
-    the same plan with ep 1 and etp = tp (memory, fit, speed-up; constraints/expert_parallel.
-    expert_gain); the key appears in the response only then."""
+    gains: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """What a technique's chosen value buys, by response key (``Contribution.gain``): for a
+    plan whose optimizer is not Adam, ``optimizer_gain`` (the same plan with Adam: memory,
+    fit, largest micro-batch, speed-up); for a plan that splits experts otherwise than the
+    dense layers, ``expert_gain`` (the same plan with ep 1 and etp = tp). A key appears in
+    the response only when its technique has something to say."""
 
     @property
     def feasible(self) -> bool:
@@ -354,10 +352,7 @@ class SolveResult:
         body["runners_up"] = [runner.to_dict() for runner in self.runners_up]
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
         body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
-        if self.optimizer_gain:
-            body["optimizer_gain"] = dict(self.optimizer_gain)
-        if self.expert_gain:
-            body["expert_gain"] = dict(self.expert_gain)
+        body.update({key: dict(gain) for key, gain in self.gains.items()})
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

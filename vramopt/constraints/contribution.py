@@ -61,6 +61,21 @@ class Export:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Gain:
+    """What the technique's value in a solved plan buys against its plain value (8-bit Adam
+    against Adam, expert parallelism against experts split like the dense layers): measured
+    after the solve by estimating the plan again without it, written to the response under
+    ``key`` only when there is something to say, and told by a sentence of the why line."""
+
+    key: str
+    """The response's top-level key ('optimizer_gain'); docs/json-contract.md."""
+    measure: Callable[[Any, Any, str], Mapping[str, Any] | None]
+    """(workload, estimate, framework) -> the comparison, or None when the plan uses the plain value."""
+    sentence: Callable[[Mapping[str, Any], Mapping[str, Any], Callable], str]
+    """(response plan, the comparison, the display's GB formatter) -> the why line's sentence."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Contribution:
     validity: Callable[[Any, Any], Mapping[str, Any]]
     """(TrainingCase, PlanColumns) -> {message: mask of plans that break the rule}; for a
@@ -82,6 +97,9 @@ class Contribution:
     serving_validity: Callable[[Any, Any], Mapping[str, Any]] | None = None
     """For a technique of training and serving plans (gpu, gpus, tp, pp): its rules on a
     serving plan, (ServingCase, ServingColumns) -> {message: mask}; None elsewhere."""
+    gain: Gain | None = None
+    """What its chosen value buys, for the solve response and the why line (None: nothing
+    beyond the plan's own figures)."""
 
 
 JSON_TYPES = ("string", "integer", "boolean", "number")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, Gain
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
 from vramopt.costs.expert_parallel import (
     all_to_all_seconds_per_micro_batch,
@@ -85,6 +85,8 @@ EXPERT_PARALLEL = Technique(
             "Lepikhin et al. 2021, GShard (dispatch and combine all-to-all per MoE layer)",
             "DeepSeek-AI 2024, DeepSeek-V3 Technical Report, section 3.1 (64-way expert parallelism)",
         ),
+        gain=Gain(key="expert_gain", measure=lambda workload, estimate, framework: expert_gain(workload, estimate, framework),
+                  sentence=lambda plan, gain, gb: why_line(plan, gain, gb)),
     ),
 )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
+from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, Gain
 from vramopt.constraints.technique import PlanField, Technique, parse_choice
 from vramopt.costs.optimizer_states import (
     BY_NAME,
@@ -87,13 +87,15 @@ OPTIMIZER = Technique(
             "vllm": Export(not_exported="serving runs no optimizer; a training plan has no vLLM export"),
         },
         sources=tuple(entry.source for entry in FORMATS),
+        gain=Gain(key="optimizer_gain", measure=lambda workload, estimate, framework: optimizer_gain(workload, estimate, framework),
+                  sentence=lambda plan, gain, gb: why_line(plan, gain, gb)),
     ),
 )
 
 TECHNIQUES = (OPTIMIZER,)
 
 
-def optimizer_gain(workload, estimate) -> dict[str, Any] | None:
+def optimizer_gain(workload, estimate, framework: str = "generic") -> dict[str, Any] | None:
     """For a plan whose optimizer is not Adam: what the same plan would need with Adam, and
     the largest micro-batch it would then fit, so the why line can say what the format buys
     (the fit itself, a larger micro-batch, or memory and step time only). None for Adam."""
@@ -107,13 +109,13 @@ def optimizer_gain(workload, estimate) -> dict[str, Any] | None:
     plan = estimate.plan
     if plan.optimizer == "adam":
         return None
-    with_adam = estimate_training(workload, replace(plan, optimizer="adam"))
+    with_adam = estimate_training(workload, replace(plan, optimizer="adam"), framework)
     per_replica = workload.global_batch // ParallelLayout.from_plan(plan).data_parallel
     largest = None
     for micro_batch in sorted((value for value in divisors(per_replica) if value <= plan.micro_batch), reverse=True):
         try:
             trial = with_adam if micro_batch == plan.micro_batch else estimate_training(
-                workload, replace(plan, optimizer="adam", micro_batch=micro_batch))
+                workload, replace(plan, optimizer="adam", micro_batch=micro_batch), framework)
         except InputError:  # a micro-batch count the interleaved schedule cannot split
             continue
         if trial.fits:

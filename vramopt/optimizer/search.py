@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 from types import SimpleNamespace
 
-from vramopt.constraints.expert_parallel import expert_gain
-from vramopt.constraints.optimizer_format import optimizer_gain
+from vramopt.constraints import registry
 from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.input_files import check_fields
@@ -101,13 +101,24 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         loss = 1.0 - alternative_estimate.tokens_per_s / estimate.tokens_per_s
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate, space.framework)
-    gain = None if isinstance(workload, ServingWorkload) else optimizer_gain(workload, estimate)
-    experts = None if isinstance(workload, ServingWorkload) else expert_gain(workload, estimate, space.framework)
+    gains = {} if isinstance(workload, ServingWorkload) else _gains(workload, estimate, space.framework)
     check_cancelled()
     return SolveResult(
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
-        workload_kind=workload.kind, optimizer_gain=gain, expert_gain=experts,
+        workload_kind=workload.kind, gains=gains,
     )
+
+
+def _gains(workload: TrainingWorkload, estimate, framework: str) -> dict[str, Any]:
+    """What each technique's chosen value buys (its ``Contribution.gain``), in plan order;
+    only the techniques with something to say."""
+    gains = {}
+    for technique in registry.training_techniques():
+        gain = technique.contribution.gain
+        measured = gain.measure(workload, estimate, framework) if gain is not None else None
+        if measured:
+            gains[gain.key] = measured
+    return gains
 
 
 def _follows_tensor_parallel(name: str, chosen: dict, other: dict) -> bool:
