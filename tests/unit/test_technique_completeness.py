@@ -15,7 +15,7 @@ import pytest
 
 from vramopt.constraints import registry
 from vramopt.constraints.contribution import EXPORTERS, Contribution, ContractField, Export, missing_parts, no_rules
-from vramopt.constraints.technique import Technique, parse_choice
+from vramopt.constraints.technique import PlanField, Technique, parse_choice
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.training import TrainingCase
 from vramopt.hardware import load_gpu
@@ -50,9 +50,11 @@ SAMPLE = Technique(
         time=lambda *arguments: np.zeros(1),
         contract=ContractField(name="sample", json_type="string", description="a sample field", enum=("a", "b")),
         display=lambda plan: "sample a",
-        exports={"deepspeed": Export(not_exported="nothing to set"), "vllm": Export(not_exported="nothing to set")},
+        exports={"deepspeed": Export(not_exported="nothing to set"), "vllm": Export(not_exported="nothing to set"),
+                 "megatron": Export(not_exported="nothing to set")},
         sources=("assumption: a test fixture",),
     ),
+    plan_field=PlanField(python_type=str, default="a", choices=("a", "b"), flags=("--sample",), help="A sample field."),
 )
 
 
@@ -86,6 +88,7 @@ def test_the_check_fails_for_a_technique_missing_a_part(part, change):
 def test_a_technique_without_a_domain_is_incomplete():
     assert "domain" in missing_parts(dataclasses.replace(SAMPLE, default_values=None))
     assert missing_parts(dataclasses.replace(SAMPLE, contribution=None)) == ["contribution"]
+    assert missing_parts(dataclasses.replace(SAMPLE, plan_field=None)) == ["plan_field"]
 
 
 def _columns(**values):

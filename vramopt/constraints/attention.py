@@ -20,6 +20,11 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             "(FlashAttention or SDPA would only use less memory than the plan counts)"]
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    draft.argument("--attention-backend", "flash" if draft.plan.get("flash_attention", True) else "unfused")
+    return []
+
+
 FLASH_ATTENTION = Technique(
     field="flash_attention",
     group="activation",
@@ -41,7 +46,7 @@ FLASH_ATTENTION = Technique(
                                description="FlashAttention: no s^2 attention-score activations"),
         display=lambda plan: f"flash attention {'on' if plan['flash_attention'] else 'off'}",
         display_line="memory",
-        exports={"deepspeed": Export(apply=_deepspeed),
+        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="vLLM picks its attention backend itself; a training plan has no vLLM export")},
         sources=("Dao et al. 2022, FlashAttention", "Dao 2023, FlashAttention-2",
                  "Korthikanti et al. 2022 (5 a s^2 b bytes of attention scores per layer)"),

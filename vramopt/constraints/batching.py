@@ -21,6 +21,11 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
 
 DEFAULT_MAX_MICRO_BATCH = 64
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    draft.argument("--micro-batch-size", draft.plan["micro_batch"])
+    return []
+
+
 MICRO_BATCH = Technique(
     field="micro_batch",
     group="key",
@@ -40,7 +45,7 @@ MICRO_BATCH = Technique(
         time=micro_batches_per_step,
         contract=ContractField(name="micro_batch", json_type="integer", description="sequences per micro-batch per GPU"),
         display=lambda plan: f"micro-batch {plan['micro_batch']}",  # on the batch line
-        exports={"deepspeed": Export(apply=_deepspeed),
+        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="a training plan has no vLLM export (serving batches are the slots)")},
         sources=("Narayanan et al. 2021, Fig. 7 (throughput vs micro-batch size)",
                  "DeepSpeed config-json: train_micro_batch_size_per_gpu"),

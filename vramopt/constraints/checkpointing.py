@@ -98,6 +98,18 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             "Megatron-DeepSpeed --checkpoint-activations; a Hugging Face model's gradient_checkpointing_enable() is every:1)"]
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    kind, every = parse_checkpointing(draft.plan["checkpointing"])
+    if kind == CHECKPOINT_SELECTIVE:
+        draft.argument("--recompute-granularity", "selective")
+    elif kind == CHECKPOINT_EVERY:
+        # 'uniform': each stage's layers in chunks of K, the input of each chunk kept (every:K).
+        draft.argument("--recompute-granularity", "full")
+        draft.argument("--recompute-method", "uniform")
+        draft.argument("--recompute-num-layers", every)
+    return []
+
+
 CHECKPOINTING = Technique(
     field="checkpointing",
     group="activation",
@@ -122,7 +134,7 @@ CHECKPOINTING = Technique(
                                            "a checkpoint every K layers)"),
         display=lambda plan: f"checkpointing {plan['checkpointing']}",
         display_line="memory",
-        exports={"deepspeed": Export(apply=_deepspeed),
+        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="serving keeps no activations for a backward pass; a training plan has no vLLM export")},
         sources=("Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost",
                  "Korthikanti et al. 2022 (selective activation recomputation) and Table 2",

@@ -61,6 +61,11 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     return [EXPORT_NOTES["deepspeed"].format(cp=degree)] if degree > 1 else []
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    draft.argument("--context-parallel-size", draft.plan.get("context_parallel", 1))
+    return []
+
+
 def display(plan: Mapping[str, Any]) -> str:
     """The phrase in the display's parallel line."""
     return f"cp={plan.get('context_parallel', 1)}"
@@ -102,6 +107,7 @@ CONTEXT_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "megatron": Export(apply=_megatron),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),
         },

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-EXPORTERS = ("deepspeed", "vllm")
+EXPORTERS = ("deepspeed", "vllm", "megatron")
 """Every exporter a contribution must say something about."""
 
 
@@ -40,6 +40,11 @@ class ExportDraft:
     model: Mapping[str, Any]
     content: dict[str, Any]
     setting: Callable[[str], Any]
+
+    def argument(self, flag: str, *values: Any) -> None:
+        """A command-line exporter's argument (Megatron-LM's ``--context-parallel-size 2``; a
+        switch has no values): the exporter writes them in its own ``ARGUMENT_ORDER``."""
+        self.content.setdefault("arguments", {})[flag] = [str(value) for value in values]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,4 +153,7 @@ def missing_parts(technique) -> list[str]:
         missing.append("sources")
     if not technique.default_values or not callable(technique.parse):
         missing.append("domain")
+    trains = any(kind != "infer" for kind in technique.workloads)
+    if trains and not technique.derived and technique.plan_field is None:
+        missing.append("plan_field")  # its field in TrainingPlan and its estimate option (plan_record.py)
     return missing

@@ -49,6 +49,21 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             f"(deepspeed.moe.layer.MoE(..., ep_size={degree})), Megatron-Core as --expert-model-parallel-size {degree}"]
 
 
+def _megatron_experts(draft: ExportDraft) -> list[str]:
+    """Megatron-Core's expert-parallel size, and the all-to-all dispatcher vramopt prices
+    (costs/expert_parallel.py), not the allgather default; nothing for a dense model."""
+    if draft.model.get("experts"):
+        draft.argument("--expert-model-parallel-size", draft.plan.get("expert_parallel", 1))
+        draft.argument("--moe-token-dispatcher-type", "alltoall")
+    return []
+
+
+def _megatron_expert_tensor(draft: ExportDraft) -> list[str]:
+    if draft.model.get("experts"):
+        draft.argument("--expert-tensor-parallel-size", draft.plan.get("expert_tensor_parallel", draft.plan["tensor_parallel"]))
+    return []
+
+
 EXPERT_PARALLEL = Technique(
     field="expert_parallel",
     group="key",
@@ -75,6 +90,7 @@ EXPERT_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "megatron": Export(apply=_megatron_experts),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="a training plan has no vLLM export (expert-parallel serving is not searched yet)"),
         },
@@ -207,6 +223,7 @@ EXPERT_TENSOR_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "megatron": Export(apply=_megatron_expert_tensor),
             "deepspeed": Export(apply=_deepspeed_note_expert_tensor),
             "vllm": Export(not_exported="a training plan has no vLLM export"),
         },

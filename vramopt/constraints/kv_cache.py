@@ -75,7 +75,8 @@ KV_CACHE_DTYPE = Technique(
         display=lambda plan: f"KV cache {plan['kv_cache_dtype']}",
         display_line="weights",
         display_separator="; ",
-        exports={"deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_kv_cache_dtype)},
+        exports={"megatron": Export(not_exported="a serving technique; serving plans export to vLLM (--export vllm)"),
+                 "deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_kv_cache_dtype)},
         sources=(f"{VLLM_ARGS}kv_cache_dtype (auto, fp8)", "costs/kv_cache.py: 2 x layers x kv_heads x head_dim elements per token"),
     ),
 )
@@ -97,7 +98,8 @@ PAGED_KV = Technique(
                                description="PagedAttention (tokens in use, 16-token blocks) instead of the full context per slot"),
         display=lambda plan: "paged" if plan["paged_kv"] else "contiguous",
         display_line="weights",
-        exports={"deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_paged_kv)},
+        exports={"megatron": Export(not_exported="a serving technique; serving plans export to vLLM (--export vllm)"),
+                 "deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_paged_kv)},
         sources=(f"{KWON} (blocks of 16 tokens, under 4% waste)", f"{VLLM_ARGS}block_size"),
     ),
 )
@@ -118,7 +120,8 @@ SLOTS = Technique(
         contract=ContractField(name="slots", json_type="integer", description="concurrent sequences per replica (vLLM max-num-seqs)"),
         display=lambda plan: f"{plan['slots']} slot{'' if plan['slots'] == 1 else 's'} each",
         display_line="replicas",
-        exports={"deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_slots)},
+        exports={"megatron": Export(not_exported="a serving technique; serving plans export to vLLM (--export vllm)"),
+                 "deepspeed": Export(not_exported=NOT_DEEPSPEED), "vllm": Export(apply=_vllm_slots)},
         sources=(f"{VLLM_ARGS}max_num_seqs", "assumption: a 2^(1/8) grid loses at most ~9% of the slots memory allows"),
     ),
 )

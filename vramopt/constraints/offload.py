@@ -53,6 +53,17 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             "(ZeRO-Infinity; the optimizer step runs on the CPU with DeepSpeedCPUAdam)"]
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    if draft.plan.get("offload") != "cpu":
+        return []
+    # arguments.py validate_args: --optimizer-cpu-offload needs --use-precision-aware-optimizer.
+    draft.argument("--optimizer-cpu-offload")
+    draft.argument("--use-precision-aware-optimizer")
+    draft.argument("--optimizer-offload-fraction", "1.0")
+    return ["offload cpu: Megatron's HybridDeviceOptimizer runs the Adam step on the host for the whole "
+            "(--optimizer-offload-fraction 1.0) distributed-optimizer shard"]
+
+
 OFFLOAD = Technique(
     field="offload",
     group="state",
@@ -75,7 +86,7 @@ OFFLOAD = Technique(
                                description="none, cpu (optimizer states and step in host RAM), nvme (all model states on NVMe)"),
         display=lambda plan: f"offload {plan['offload']}",
         display_line="memory",
-        exports={"deepspeed": Export(apply=_deepspeed),
+        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="a training plan has no vLLM export (vLLM's --cpu-offload-gb is a serving option)")},
         sources=("Ren et al. 2021, ZeRO-Offload", "Rajbhandari et al. 2021, ZeRO-Infinity",
                  "DeepSpeed config-json: offload_optimizer, offload_param, aio"),

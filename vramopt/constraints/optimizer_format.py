@@ -56,6 +56,11 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             "torch.optim.SGD(momentum=...) to deepspeed.initialize(optimizer=...) as a client optimizer"]
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    draft.argument("--optimizer", draft.plan.get("optimizer", "adam"))  # Megatron's rule keeps adam or sgd
+    return []
+
+
 OPTIMIZER = Technique(
     field="optimizer",
     group="state",
@@ -83,6 +88,7 @@ OPTIMIZER = Technique(
         display=display,
         display_line="memory",
         exports={
+            "megatron": Export(apply=_megatron),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving runs no optimizer; a training plan has no vLLM export"),
         },

@@ -160,6 +160,28 @@ def _on_off(value: Any) -> str:
 
 
 TRAINING_ONLY_VLLM = "a training plan has no vLLM export"
+
+
+def _megatron_tensor_parallel(draft: ExportDraft) -> list[str]:
+    draft.argument("--tensor-model-parallel-size", draft.plan["tensor_parallel"])
+    return []
+
+
+def _megatron_pipeline_parallel(draft: ExportDraft) -> list[str]:
+    draft.argument("--pipeline-model-parallel-size", draft.plan["pipeline_parallel"])
+    return []
+
+
+def _megatron_sequence_parallel(draft: ExportDraft) -> list[str]:
+    if draft.plan.get("sequence_parallel"):
+        draft.argument("--sequence-parallel")
+    return []
+
+
+def _megatron_virtual_stages(draft: ExportDraft) -> list[str]:
+    if draft.plan["virtual_stages"] > 1:
+        draft.argument("--num-virtual-stages-per-pipeline-rank", draft.plan["virtual_stages"])
+    return []
 NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
 KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models"
 
@@ -180,7 +202,8 @@ GPU = Technique(
         time=gemm_seconds,  # its generation's GEMM efficiency curve and peaks
         contract=ContractField(name="gpu", json_type="string", description="GPU type (catalog name, `vramopt gpus`)"),
         display=lambda plan: str(plan["gpu"]),  # on the hardware line, with the count and nodes
-        exports={"deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),
+        exports={"megatron": Export(not_exported="the GPU type is no Megatron-LM argument; the launch line runs on the GPUs it starts on"),
+                 "deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),
                  "vllm": Export(not_exported="the GPU type is no vLLM argument; the hardware or MIG launch note names it")},
         serving_validity=no_rules,
         sources=("hardware/gpus/*.toml: each GPU's datasheet and CUDA-runtime-reported memory",),
@@ -203,7 +226,8 @@ GPUS = Technique(
         time=group_bandwidth,
         contract=ContractField(name="gpus", json_type="integer", description="GPU count = tp x cp x pp x dp"),
         display=lambda plan: f"{plan['gpus']} x {plan['gpu']}",
-        exports={"deepspeed": Export(apply=_launch_notes), "vllm": Export(apply=vllm_replicas, launch=True)},
+        exports={"megatron": Export(not_exported="the GPU count is the launch line's world size (torchrun --nnodes x --nproc-per-node)"),
+                 "deepspeed": Export(apply=_launch_notes), "vllm": Export(apply=vllm_replicas, launch=True)},
         serving_validity=no_rules,  # tp x pp divides the GPU count: the layout's rule (tensor_parallel)
         sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",
                  "vLLM vllm/engine/arg_utils.py: data_parallel_size, tensor_parallel_size, pipeline_parallel_size"),
@@ -228,7 +252,7 @@ TENSOR_PARALLEL = Technique(
                                description="tensor-parallel degree (Megatron-LM column/row-parallel layers)"),
         display=lambda plan: f"tp={plan['tensor_parallel']}",
         display_line="parallel",
-        exports={"deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(apply=vllm_tensor_parallel)},
+        exports={"megatron": Export(apply=_megatron_tensor_parallel), "deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(apply=vllm_tensor_parallel)},
         serving_validity=serving_layout_invalid_reasons,
         sources=(f"Shoeybi et al. 2019, Megatron-LM, section 3; {NARAYANAN}, section 2.3 and takeaway 1",),
     ),
@@ -254,7 +278,7 @@ PIPELINE_PARALLEL = Technique(
         display=lambda plan: f"pp={plan['pipeline_parallel']}",
         display_line="parallel",
         display_separator=" ",
-        exports={"deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(apply=vllm_pipeline_parallel)},
+        exports={"megatron": Export(apply=_megatron_pipeline_parallel), "deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(apply=vllm_pipeline_parallel)},
         serving_validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         sources=(f"{NARAYANAN}, section 2.2.1 (1F1B: min(p, m) micro-batches in flight, bubble (p - 1) / m)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)"),
@@ -278,7 +302,8 @@ DATA_PARALLEL = Technique(
         display=lambda plan: f"dp={plan['data_parallel']}",
         display_line="parallel",
         display_separator=" ",
-        exports={"deepspeed": Export(apply=_data_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"megatron": Export(not_exported="Megatron-LM derives the data-parallel size: world size / (tp x cp x pp)"),
+                 "deepspeed": Export(apply=_data_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("PyTorch DistributedDataParallel; Rajbhandari et al. 2020, ZeRO, section 5 (states sharded over dp)",),
     ),
 )
@@ -305,7 +330,7 @@ SEQUENCE_PARALLEL = Technique(
                                description="sequence parallelism: norm/dropout activations sharded over the tensor-parallel group"),
         display=lambda plan: f"sequence parallel {_on_off(plan['sequence_parallel'])}",
         display_line="parallel",
-        exports={"deepspeed": Export(apply=_sequence_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"megatron": Export(apply=_megatron_sequence_parallel), "deepspeed": Export(apply=_sequence_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=(f"{KORTHIKANTI} (sequence parallelism) and Table 2",),
     ),
 )
@@ -332,7 +357,7 @@ VIRTUAL_STAGES = Technique(
                                description="interleaved pipeline: model chunks per GPU (1 = plain 1F1B)"),
         display=lambda plan: f"virtual stages {plan['virtual_stages']}",
         display_line="parallel",
-        exports={"deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"megatron": Export(apply=_megatron_virtual_stages), "deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=(f"{NARAYANAN}, section 2.2.2 (bubble (p - 1) / (v m))", f"{KORTHIKANTI}, section 4.2.3 (1 + (p - 1) / (p v) in flight)"),
     ),
 )

@@ -87,6 +87,15 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             f"(--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'})"]
 
 
+def _megatron(field: str, megatron_flag: str):
+    def export(draft: ExportDraft) -> list[str]:
+        if draft.plan.get(field):  # 0: as a middle stage, Megatron's default
+            draft.argument(megatron_flag, draft.plan[field])
+        return []
+
+    return export
+
+
 def _technique(field: str, index: int, label: str, validity, memory, megatron_flag: str) -> Technique:
     return Technique(
         field=field,
@@ -114,6 +123,7 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
             display_line="parallel",
             display_separator=" ",
             exports={
+                "megatron": Export(apply=_megatron(field, megatron_flag)),
                 "deepspeed": Export(apply=_deepspeed) if index == 0 else Export(
                     not_exported="the first stage's field writes the note on both ends (DeepSpeed has no per-stage counts)"),
                 "vllm": Export(not_exported="a training plan has no vLLM export"),

@@ -78,6 +78,33 @@ def _deepspeed_communication(draft: ExportDraft) -> list[str]:
             "assumed, so the data-parallel time is optimistic (ZeRO++ zero_quantized_gradients is a different, int4 scheme)"]
 
 
+MEGATRON_PRECISION_ARGUMENTS = {
+    "fp32": (),
+    "fp16": (("--fp16",),),
+    "bf16": (("--bf16",),),
+    # Transformer Engine: e4m3 forward / e5m2 backward ('hybrid'), the recipe of Micikevicius et al. 2022.
+    "fp8": (("--bf16",), ("--fp8-format", "hybrid")),
+    # NVFP4 (e2m1 elements) through Transformer Engine >= 2.7, bf16 around it.
+    "fp4": (("--bf16",), ("--fp4-format", "e2m1")),
+}
+"""Megatron-LM arguments.py precision flags ('--fp8-format' choices e4m3, hybrid; '--fp4-format' e2m1)."""
+
+
+def _megatron_precision(draft: ExportDraft) -> list[str]:
+    for flag, *values in MEGATRON_PRECISION_ARGUMENTS[draft.plan["precision"]]:
+        draft.argument(flag, *values)
+    return []
+
+
+def _megatron_communication(draft: ExportDraft) -> list[str]:
+    wire, compute = draft.plan.get("grad_comm_precision"), draft.plan["precision"]
+    if wire == "bf16" and compute != "fp32":
+        draft.argument("--grad-reduce-in-bf16")
+    if wire == "fp32" and compute == "fp16":
+        draft.argument("--accumulate-allreduce-grads-in-fp32")  # bf16 sets it by itself (validate_args)
+    return []
+
+
 PRECISION = Technique(
     field="precision",
     group="key",
@@ -98,7 +125,7 @@ PRECISION = Technique(
                                description="compute precision (fp32 master weights and optimizer states stay fp32)"),
         display=lambda plan: f"{plan['precision']} compute",
         display_line="precision",
-        exports={"deepspeed": Export(apply=_deepspeed_precision), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"megatron": Export(apply=_megatron_precision), "deepspeed": Export(apply=_deepspeed_precision), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("Micikevicius et al. 2018, Mixed Precision Training; Micikevicius et al. 2022, FP8 Formats for Deep Learning",
                  "GPU datasheets: dense tensor-core peak per precision (hardware/gpus/*.toml)"),
     ),
@@ -128,7 +155,7 @@ GRAD_COMM_PRECISION = Technique(
                                description="precision of gradients in data-parallel communication"),
         display=lambda plan: f"{plan['grad_comm_precision']} gradient communication",
         display_line="precision",
-        exports={"deepspeed": Export(apply=_deepspeed_communication), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"megatron": Export(apply=_megatron_communication), "deepspeed": Export(apply=_deepspeed_communication), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("DeepSpeed config-json: communication_data_type", "Peng et al. 2023, FP8-LM (fp8 gradient all-reduce)"),
     ),
 )

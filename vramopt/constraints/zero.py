@@ -30,6 +30,12 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _megatron(draft: ExportDraft) -> list[str]:
+    if draft.plan["zero_stage"] == 1:  # ZeRO-1 is Megatron's distributed optimizer
+        draft.argument("--use-distributed-optimizer")
+    return []
+
+
 ZERO_STAGE = Technique(
     field="zero_stage",
     group="state",
@@ -50,7 +56,7 @@ ZERO_STAGE = Technique(
                                description="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also weights"),
         display=lambda plan: f"ZeRO-{plan['zero_stage']}",
         display_line="memory",
-        exports={"deepspeed": Export(apply=_deepspeed),
+        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="serving keeps no gradients or optimizer states; a training plan has no vLLM export")},
         sources=("Rajbhandari et al. 2020, ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, section 5",
                  "DeepSpeed config-json: zero_optimization"),

@@ -17,26 +17,35 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from vramopt.constraints import registry
+from vramopt.constraints.contribution import ExportDraft
 from vramopt.errors import InputError, VramoptError
 from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, positive_integer, required, response_parts
 from vramopt.frameworks import check_runs, plan_columns
-from vramopt.plan import parse_checkpointing
-from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE
 
 RELEASE = "core_v0.16.1"
 TOKENIZER_PLACEHOLDER = "/path/to/tokenizer"
 DATA_PLACEHOLDER = "/path/to/data_text_document"
 
-PRECISION_ARGUMENTS = {
-    "fp32": [],
-    "fp16": ["--fp16"],
-    "bf16": ["--bf16"],
-    # Transformer Engine: e4m3 forward / e5m2 backward ('hybrid'), the recipe of Micikevicius et al. 2022.
-    "fp8": ["--bf16", "--fp8-format", "hybrid"],
-    # NVFP4 (e2m1 elements) through Transformer Engine >= 2.7, bf16 around it.
-    "fp4": ["--bf16", "--fp4-format", "e2m1"],
-}
-"""The precision flags of arguments.py ('--fp8-format' choices e4m3, hybrid; '--fp4-format' e2m1)."""
+MODEL_ARGUMENTS = "model"
+"""Where the model's own arguments (shape, MoE sizes: the catalog's, not a technique's) go in
+``ARGUMENT_ORDER``."""
+
+ARGUMENT_ORDER = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--sequence-parallel", MODEL_ARGUMENTS,
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--moe-token-dispatcher-type",
+    "--micro-batch-size", "--global-batch-size",
+    "--fp16", "--bf16", "--fp8-format", "--fp4-format", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
+    "--optimizer", "--use-distributed-optimizer", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+    "--optimizer-offload-fraction",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--attention-backend",
+)
+"""The order the arguments are written in: each technique's Megatron export
+(``Contribution.exports['megatron']``) writes its own, in any order; a flag missing here is
+an internal error (tests/unit/test_megatron_export.py runs every technique's export)."""
 
 
 class MegatronExport(ExportResult):
@@ -58,37 +67,24 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     workload, plan, model = response_parts(response, "megatron_args", TRAINING_WORKLOADS)
     check_runs("megatron", plan_columns(plan), "the plan")
     gpus = positive_integer(plan, "gpus")
-    tensor, pipeline = positive_integer(plan, "tensor_parallel"), positive_integer(plan, "pipeline_parallel")
-    context = positive_integer(plan, "context_parallel") if "context_parallel" in plan else 1
-    virtual = positive_integer(plan, "virtual_stages")
+    checked = {
+        **plan, "tensor_parallel": positive_integer(plan, "tensor_parallel"),
+        "pipeline_parallel": positive_integer(plan, "pipeline_parallel"),
+        "virtual_stages": positive_integer(plan, "virtual_stages"), "micro_batch": positive_integer(plan, "micro_batch"),
+        "checkpointing": required(plan, "checkpointing", "plan"),
+    }
+    if "context_parallel" in plan:
+        checked["context_parallel"] = positive_integer(plan, "context_parallel")
     notes = fit_notes(response)
-    arguments: list[str] = [
-        "--tensor-model-parallel-size", str(tensor),
-        "--pipeline-model-parallel-size", str(pipeline),
-        "--context-parallel-size", str(context),
-    ]
-    if virtual > 1:
-        arguments += ["--num-virtual-stages-per-pipeline-rank", str(virtual)]
-    # Uneven stages (costs/pipeline_stages.py): Megatron-Core's own flags, each stage's count > 0.
-    if plan.get("first_stage_layers"):
-        arguments += ["--decoder-first-pipeline-num-layers", str(positive_integer(plan, "first_stage_layers"))]
-    if plan.get("last_stage_layers"):
-        arguments += ["--decoder-last-pipeline-num-layers", str(positive_integer(plan, "last_stage_layers"))]
-    if plan.get("sequence_parallel"):
-        arguments.append("--sequence-parallel")
-    arguments += _model_arguments(model, plan, notes)
-    arguments += [
-        "--micro-batch-size", str(positive_integer(plan, "micro_batch")),
-        "--global-batch-size", str(positive_integer(plan, "global_batch")),
-    ]
-    arguments += PRECISION_ARGUMENTS[plan["precision"]]
-    if plan.get("grad_comm_precision") == "bf16" and plan["precision"] != "fp32":
-        arguments.append("--grad-reduce-in-bf16")
-    if plan.get("grad_comm_precision") == "fp32" and plan["precision"] == "fp16":
-        arguments.append("--accumulate-allreduce-grads-in-fp32")  # bf16 sets it by itself (validate_args)
-    arguments += _state_arguments(plan, notes)
-    arguments += _recompute_arguments(plan)
-    arguments += ["--attention-backend", "flash" if plan.get("flash_attention", True) else "unfused"]
+    model_arguments, experts = _model_arguments(model, plan, notes)
+    content: dict[str, Any] = {"arguments": {"--global-batch-size": [str(positive_integer(plan, "global_batch"))]}}
+    # Each technique writes its own arguments and notes (its Contribution's Megatron export), in plan order.
+    draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=_no_setting)
+    for technique in registry.training_techniques():
+        export = technique.contribution.exports["megatron"]
+        if export.apply is not None:
+            notes.extend(export.apply(draft))
+    arguments = _ordered(content["arguments"], model_arguments)
     arguments += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", TOKENIZER_PLACEHOLDER,
                   "--data-path", DATA_PLACEHOLDER]
     notes.append(f"tokenizer and data: replace the placeholders '{TOKENIZER_PLACEHOLDER}' (a Hugging Face tokenizer) and "
@@ -105,7 +101,24 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     return MegatronExport(content={"release": RELEASE, "arguments": arguments, "launch": launch}, notes=tuple(notes))
 
 
-def _model_arguments(model: Mapping[str, Any], plan: Mapping[str, Any], notes: list[str]) -> list[str]:
+def _ordered(written: Mapping[str, list[str]], model_arguments: list[str]) -> list[str]:
+    unknown = [flag for flag in written if flag not in ARGUMENT_ORDER]
+    if unknown:
+        raise VramoptError(f"internal error: Megatron argument {unknown[0]} has no place in ARGUMENT_ORDER")
+    arguments: list[str] = []
+    for flag in ARGUMENT_ORDER:
+        if flag == MODEL_ARGUMENTS:
+            arguments += model_arguments
+        elif flag in written:
+            arguments += [flag, *written[flag]]
+    return arguments
+
+
+def _no_setting(name: str) -> Any:
+    raise VramoptError(f"internal error: the Megatron exporter has no documented setting table ({name})")
+
+
+def _model_arguments(model: Mapping[str, Any], plan: Mapping[str, Any], notes: list[str]) -> tuple[list[str], int]:
     from vramopt.models import load_model
 
     try:
@@ -130,37 +143,9 @@ def _model_arguments(model: Mapping[str, Any], plan: Mapping[str, Any], notes: l
     if not spec.attention_bias and not spec.mlp_bias:
         arguments.append("--disable-bias-linear")
     if spec.moe is not None:
-        tensor = positive_integer(plan, "tensor_parallel")
-        expert = positive_integer(plan, "expert_parallel") if "expert_parallel" in plan else 1
-        expert_tensor = positive_integer(plan, "expert_tensor_parallel") if "expert_tensor_parallel" in plan else tensor
         arguments += ["--num-experts", str(spec.moe.experts), "--moe-router-topk", str(spec.moe.experts_per_token),
-                      "--moe-ffn-hidden-size", str(spec.moe.expert_ffn_hidden_size),
-                      "--expert-model-parallel-size", str(expert), "--expert-tensor-parallel-size", str(expert_tensor),
-                      # vramopt prices the all-to-all dispatcher (costs/expert_parallel.py), not the allgather default.
-                      "--moe-token-dispatcher-type", "alltoall"]
+                      "--moe-ffn-hidden-size", str(spec.moe.expert_ffn_hidden_size)]
     if spec.mla is not None:
         notes.append(f"{spec.name} uses multi-head latent attention: add --multi-latent-attention with its ranks "
                      "(q/kv LoRA ranks, rope/nope head dims) from the model card")
-    return arguments
-
-
-def _state_arguments(plan: Mapping[str, Any], notes: list[str]) -> list[str]:
-    arguments = ["--optimizer", plan.get("optimizer", "adam")]
-    if plan["zero_stage"] == 1:
-        arguments.append("--use-distributed-optimizer")
-    if plan.get("offload") == "cpu":
-        # arguments.py validate_args: --optimizer-cpu-offload needs --use-precision-aware-optimizer.
-        arguments += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer-offload-fraction", "1.0"]
-        notes.append("offload cpu: Megatron's HybridDeviceOptimizer runs the Adam step on the host for the whole "
-                     "(--optimizer-offload-fraction 1.0) distributed-optimizer shard")
-    return arguments
-
-
-def _recompute_arguments(plan: Mapping[str, Any]) -> list[str]:
-    kind, every = parse_checkpointing(required(plan, "checkpointing", "plan"))
-    if kind == CHECKPOINT_SELECTIVE:
-        return ["--recompute-granularity", "selective"]
-    if kind == CHECKPOINT_EVERY:
-        # 'uniform': each stage's layers in chunks of K, the input of each chunk kept (every:K).
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", str(every)]
-    return []
+    return arguments, spec.moe.experts if spec.moe is not None else 0
