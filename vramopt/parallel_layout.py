@@ -109,6 +109,18 @@ class ParallelLayout:
             expert_tensor_parallel=resolved_expert_tensor_parallel(getattr(plan, "expert_tensor_parallel", 0), plan.tensor_parallel),
         )
 
+    @classmethod
+    def from_mapping(cls, values) -> "ParallelLayout":
+        """The layout of a response's plan object, with its own data-parallel degree (an
+        exporter checks that the degrees multiply to its GPU count)."""
+        tensor = values["tensor_parallel"]
+        return cls(
+            tensor_parallel=tensor, pipeline_parallel=values["pipeline_parallel"],
+            context_parallel=values.get("context_parallel", 1), data_parallel=values["data_parallel"],
+            expert_parallel=values.get("expert_parallel", 1),
+            expert_tensor_parallel=resolved_expert_tensor_parallel(values.get("expert_tensor_parallel", 0), tensor),
+        )
+
     # -- sizes ----------------------------------------------------------------------------
 
     @property
@@ -286,6 +298,15 @@ class ParallelLayout:
         if experts is not None:
             reasons["expert_parallel must divide the routed experts"] = experts % self.expert_parallel != 0
         return reasons
+
+    def product_text(self) -> str:
+        """'tensor_parallel x pipeline_parallel x data_parallel = 2 x 4 x 8' (with
+        context_parallel when it is above 1), for the messages that check the product."""
+        if self.context_parallel > 1:
+            return (f"tensor_parallel x context_parallel x pipeline_parallel x data_parallel = {self.tensor_parallel} x "
+                    f"{self.context_parallel} x {self.pipeline_parallel} x {self.data_parallel}")
+        return (f"tensor_parallel x pipeline_parallel x data_parallel = {self.tensor_parallel} x {self.pipeline_parallel} x "
+                f"{self.data_parallel}")
 
     def describe(self) -> str:
         """'tp=2 cp=1 pp=4 dp=8' for one plan."""

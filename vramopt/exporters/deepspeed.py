@@ -19,16 +19,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from vramopt.constraints import registry
-from vramopt.constraints.checkpointing import parse_checkpointing
 from vramopt.constraints.contribution import ExportDraft
 from vramopt.costs.columns import OFFLOAD_NAMES
 from vramopt.costs.offload import OFFLOAD_RULES
-from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.errors import InputError
 from vramopt.frameworks import check_runs, plan_columns
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, required, response_parts
 from vramopt.parallel_layout import ParallelLayout
-from vramopt.types import PRECISIONS
 
 _DOCS = "DeepSpeed config-json documentation"
 
@@ -64,8 +61,6 @@ SETTINGS: dict[str, tuple[Any, str]] = {
 """Every number and switch the exporter writes that the plan does not decide, with its source."""
 
 
-OFFLOADS = ("none", "cpu", "nvme")
-
 
 def _setting(name: str) -> Any:
     return SETTINGS[name][0]
@@ -93,43 +88,17 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         the contract (the message names the key).
     """
     workload, plan, model = response_parts(response, "deepspeed_config", TRAINING_WORKLOADS)
-    gpus = positive_integer(plan, "gpus")
-    tensor_parallel = positive_integer(plan, "tensor_parallel")
-    # Responses written before context parallelism existed have no such key: cp = 1.
-    context_parallel = positive_integer(plan, "context_parallel") if "context_parallel" in plan else 1
-    pipeline_parallel = positive_integer(plan, "pipeline_parallel")
-    data_parallel = positive_integer(plan, "data_parallel")
-    virtual_stages = positive_integer(plan, "virtual_stages")
-    micro_batch = positive_integer(plan, "micro_batch")
-    accumulation = positive_integer(plan, "grad_accumulation")
-    global_batch = positive_integer(plan, "global_batch")
-    seq_len = positive_integer(plan, "seq_len")
-    sequence_parallel = one_of(plan, "sequence_parallel", (True, False))
-    flash_attention = one_of(plan, "flash_attention", (True, False))
-    zero_stage = one_of(plan, "zero_stage", (0, 1, 2, 3))
-    precision = one_of(plan, "precision", PRECISIONS)
-    grad_comm_precision = one_of(plan, "grad_comm_precision", PRECISIONS)
-    offload = one_of(plan, "offload", OFFLOADS)
-    checkpointing = required(plan, "checkpointing", "plan")
-    try:
-        parse_checkpointing(checkpointing)
-    except InputError as error:
-        raise InputError(f"plan.checkpointing: {error}") from None
-    optimizer = one_of(plan, "optimizer", OPTIMIZER_NAMES) if "optimizer" in plan else "adam"  # older responses: adam
+    checked = checked_plan(plan)  # every technique's value by its declaration; newer keys defaulted
+    gpus, data_parallel, micro_batch = checked["gpus"], checked["data_parallel"], checked["micro_batch"]
+    accumulation, global_batch, seq_len = checked["grad_accumulation"], checked["global_batch"], checked["seq_len"]
+    zero_stage, offload = checked["zero_stage"], checked["offload"]
     layers = required(model, "layers", "model")
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise InputError(f"model.layers must be a positive integer, got {layers!r}")
 
-    layout = ParallelLayout(tensor_parallel=tensor_parallel, context_parallel=context_parallel,
-                            pipeline_parallel=pipeline_parallel, data_parallel=data_parallel)
+    layout = ParallelLayout.from_mapping(checked)
     if not layout.matches(gpus):
-        raise InputError(
-            f"plan.gpus {gpus} is not tensor_parallel x context_parallel x pipeline_parallel x data_parallel = "
-            f"{tensor_parallel} x {context_parallel} x {pipeline_parallel} x {data_parallel}"
-            if context_parallel > 1
-            else f"plan.gpus {gpus} is not tensor_parallel x pipeline_parallel x data_parallel = "
-            f"{tensor_parallel} x {pipeline_parallel} x {data_parallel}"
-        )
+        raise InputError(f"plan.gpus {gpus} is not {layout.product_text()}")
     if layout.sequences_per_micro_step(micro_batch) * accumulation != global_batch:
         raise InputError(
             f"plan.global_batch {global_batch} is not micro_batch x grad_accumulation x data_parallel = "
@@ -139,7 +108,7 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         if offload == OFFLOAD_NAMES[code] and zero_stage < lowest:
             raise InputError(f"plan.{message}")
     # Never a config DeepSpeed refuses: the enforced rules of vramopt/frameworks/deepspeed.py.
-    check_runs("deepspeed", plan_columns({**plan, "context_parallel": context_parallel}), "the plan", enforced_only=True)
+    check_runs("deepspeed", plan_columns(checked), "the plan", enforced_only=True)
 
     notes: list[str] = fit_notes(response)
     content: dict[str, Any] = {
@@ -150,13 +119,6 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
         "gradient_clipping": _setting("gradient_clipping"),
         "steps_per_print": _setting("steps_per_print"),
         "wall_clock_breakdown": False,
-    }
-    checked = {
-        **plan, "gpus": gpus, "tensor_parallel": tensor_parallel, "context_parallel": context_parallel,
-        "pipeline_parallel": pipeline_parallel, "data_parallel": data_parallel, "virtual_stages": virtual_stages,
-        "micro_batch": micro_batch, "sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
-        "zero_stage": zero_stage, "precision": precision, "grad_comm_precision": grad_comm_precision,
-        "offload": offload, "checkpointing": checkpointing, "optimizer": optimizer,
     }
     # Each technique writes its own keys and notes (its Contribution's DeepSpeed export), in
     # the plan's field order: ZeRO's section exists before offload adds to it.

@@ -20,7 +20,7 @@ from typing import Any
 from vramopt.constraints import registry
 from vramopt.constraints.contribution import ExportDraft
 from vramopt.errors import InputError, VramoptError
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, positive_integer, required, response_parts
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, positive_integer, required, response_parts
 from vramopt.frameworks import check_runs, plan_columns
 
 RELEASE = "core_v0.16.1"
@@ -65,19 +65,12 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
         A serving response, a missing key, or a plan that breaks a Megatron rule.
     """
     workload, plan, model = response_parts(response, "megatron_args", TRAINING_WORKLOADS)
-    check_runs("megatron", plan_columns(plan), "the plan")
-    gpus = positive_integer(plan, "gpus")
-    checked = {
-        **plan, "tensor_parallel": positive_integer(plan, "tensor_parallel"),
-        "pipeline_parallel": positive_integer(plan, "pipeline_parallel"),
-        "virtual_stages": positive_integer(plan, "virtual_stages"), "micro_batch": positive_integer(plan, "micro_batch"),
-        "checkpointing": required(plan, "checkpointing", "plan"),
-    }
-    if "context_parallel" in plan:
-        checked["context_parallel"] = positive_integer(plan, "context_parallel")
+    checked = checked_plan(plan)  # every technique's value by its declaration; newer keys defaulted
+    check_runs("megatron", plan_columns(checked), "the plan")
+    gpus = checked["gpus"]
     notes = fit_notes(response)
-    model_arguments, experts = _model_arguments(model, plan, notes)
-    content: dict[str, Any] = {"arguments": {"--global-batch-size": [str(positive_integer(plan, "global_batch"))]}}
+    model_arguments, experts = _model_arguments(model, checked, notes)
+    content: dict[str, Any] = {"arguments": {"--global-batch-size": [str(checked["global_batch"])]}}
     # Each technique writes its own arguments and notes (its Contribution's Megatron export), in plan order.
     draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=_no_setting)
     for technique in registry.training_techniques():

@@ -85,6 +85,65 @@ def one_of(plan: Mapping[str, Any], key: str, allowed: tuple[Any, ...]) -> Any:
     return value
 
 
+FIRST_RELEASE_PLAN_FIELDS = (
+    "gpu", "gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "virtual_stages",
+    "zero_stage", "checkpointing", "precision", "grad_comm_precision", "offload", "flash_attention", "seq_len",
+    "micro_batch", "grad_accumulation", "global_batch",
+)
+"""The training plan's keys in every "vramopt/v1" response since the first release (the
+schema's required plan keys less context_parallel, which older responses lack): a response
+without one is refused. A key added since (context parallelism, the optimizer format,
+expert parallelism, uneven stages) takes its technique's default when absent."""
+
+
+def checked_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The response's training plan with every technique's value checked by its own
+    declaration (``PlanField``: type, range or choices; the message names the key) and the
+    keys a newer technique adds filled with their defaults; the workload's values (data
+    parallel, batch, sequence length) checked as positive integers."""
+    from vramopt.plan_record import plan_techniques
+
+    values = dict(plan)
+    for name in FIRST_RELEASE_PLAN_FIELDS:
+        required(plan, name, "plan")
+    for name in ("data_parallel", "seq_len", "grad_accumulation", "global_batch"):
+        positive_integer(plan, name)
+    for technique in plan_techniques():
+        declaration = technique.plan_field
+        if technique.field not in plan:
+            values[technique.field] = declaration.default
+            continue
+        value = plan[technique.field]
+        if isinstance(value, bool) is not (declaration.python_type is bool) or not isinstance(value, declaration.python_type):
+            raise InputError(f"plan.{technique.field} must be a JSON {_json_kind(declaration.python_type)}, got {value!r}")
+        problem = declaration.problem(technique.field, value)
+        if problem:
+            raise InputError(f"plan.{problem}")
+        if declaration.python_type is str and not declaration.choices:
+            try:
+                technique.parse(value)  # checkpointing's every:K
+            except InputError as error:
+                raise InputError(f"plan.{technique.field}: {error}") from None
+    for technique in plan_techniques():
+        if technique.plan_field.resolve is not None:  # etp 0 stands for tp
+            values[technique.field] = technique.plan_field.resolve(_Fields(values))
+    return values
+
+
+class _Fields:
+    """Attribute access to a plan mapping, as a follower field's ``resolve`` reads a plan."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getattr__(self, name: str) -> Any:
+        return self._values[name]
+
+
+def _json_kind(python_type: type) -> str:
+    return {bool: "boolean", int: "integer", str: "string"}[python_type]
+
+
 def fit_notes(response: Mapping[str, Any]) -> list[str]:
     """A note for each capacity test the response says the plan fails (estimate does not refuse those)."""
     memory = response.get("memory")

@@ -19,7 +19,7 @@ from typing import Any
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE
 from vramopt.errors import InputError
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, fit_notes, positive_integer, required, response_parts
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, positive_integer, required, response_parts
 from vramopt.frameworks import check_runs, plan_columns
 from vramopt.plan import parse_checkpointing
 
@@ -69,6 +69,7 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
         torchtitan rule.
     """
     workload, plan, model = response_parts(response, "torchtitan_args", TRAINING_WORKLOADS)
+    plan = checked_plan(plan)  # every technique's value by its declaration; newer keys defaulted
     check_runs("torchtitan", plan_columns(plan), "the plan")
     name = required(model, "name", "model")
     if name not in CONFIGS:
@@ -77,7 +78,7 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     notes = fit_notes(response)
     gpus = positive_integer(plan, "gpus")
     tensor, pipeline = positive_integer(plan, "tensor_parallel"), positive_integer(plan, "pipeline_parallel")
-    context = positive_integer(plan, "context_parallel") if "context_parallel" in plan else 1
+    context = plan["context_parallel"]
     data = positive_integer(plan, "data_parallel")
     virtual, micro = positive_integer(plan, "virtual_stages"), positive_integer(plan, "micro_batch")
     global_batch = positive_integer(plan, "global_batch")
@@ -90,7 +91,7 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
                   "--parallelism.tensor_parallel_degree", str(tensor),
                   "--parallelism.context_parallel_degree", str(context),
                   "--parallelism.pipeline_parallel_degree", str(pipeline)]
-    expert = positive_integer(plan, "expert_parallel") if "expert_parallel" in plan else 1
+    expert = plan["expert_parallel"]
     if expert > 1:
         arguments += ["--parallelism.expert_parallel_degree", str(expert)]
     if zero >= 2:
