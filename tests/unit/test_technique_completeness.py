@@ -51,7 +51,7 @@ SAMPLE = Technique(
         contract=ContractField(name="sample", json_type="string", description="a sample field", enum=("a", "b")),
         display=lambda plan: "sample a",
         exports={"deepspeed": Export(not_exported="nothing to set"), "vllm": Export(not_exported="nothing to set"),
-                 "megatron": Export(not_exported="nothing to set")},
+                 "megatron": Export(not_exported="nothing to set"), "torchtitan": Export(not_exported="nothing to set")},
         sources=("assumption: a test fixture",),
     ),
     plan_field=PlanField(python_type=str, default="a", choices=("a", "b"), flags=("--sample",), help="A sample field."),

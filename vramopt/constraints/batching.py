@@ -26,6 +26,17 @@ def _megatron(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan(draft: ExportDraft) -> list[str]:
+    micro = draft.plan["micro_batch"]
+    if draft.plan["pipeline_parallel"] > 1:
+        draft.argument("--parallelism.pipeline_parallel_microbatch_size", micro)
+        # Every pipeline micro-batch of the step in one local batch.
+        draft.argument("--training.local_batch_size", draft.plan["global_batch"] // draft.plan["data_parallel"])
+    else:
+        draft.argument("--training.local_batch_size", micro)  # one micro-batch per gradient-accumulation step
+    return []
+
+
 MICRO_BATCH = Technique(
     field="micro_batch",
     group="key",
@@ -45,7 +56,7 @@ MICRO_BATCH = Technique(
         time=micro_batches_per_step,
         contract=ContractField(name="micro_batch", json_type="integer", description="sequences per micro-batch per GPU"),
         display=lambda plan: f"micro-batch {plan['micro_batch']}",  # on the batch line
-        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
+        exports={"torchtitan": Export(apply=_torchtitan), "megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="a training plan has no vLLM export (serving batches are the slots)")},
         sources=("Narayanan et al. 2021, Fig. 7 (throughput vs micro-batch size)",
                  "DeepSpeed config-json: train_micro_batch_size_per_gpu"),

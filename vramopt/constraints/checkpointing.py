@@ -110,6 +110,16 @@ def _megatron(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan(draft: ExportDraft) -> list[str]:
+    kind, _ = parse_checkpointing(draft.plan["checkpointing"])
+    draft.argument({CHECKPOINT_EVERY: "activation-checkpoint:full", CHECKPOINT_SELECTIVE: "activation-checkpoint:selective"}
+                   .get(kind, "activation-checkpoint:none"))
+    if kind != CHECKPOINT_SELECTIVE:
+        return []
+    return ["checkpointing selective: torchtitan's SelectiveAC saves the matmul and attention outputs and "
+            "recomputes the rest, close to but not the same bytes as the attention-core recomputation the plan counts"]
+
+
 CHECKPOINTING = Technique(
     field="checkpointing",
     group="activation",
@@ -134,7 +144,7 @@ CHECKPOINTING = Technique(
                                            "a checkpoint every K layers)"),
         display=lambda plan: f"checkpointing {plan['checkpointing']}",
         display_line="memory",
-        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
+        exports={"torchtitan": Export(apply=_torchtitan), "megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="serving keeps no activations for a backward pass; a training plan has no vLLM export")},
         sources=("Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost",
                  "Korthikanti et al. 2022 (selective activation recomputation) and Table 2",

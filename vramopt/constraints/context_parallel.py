@@ -66,6 +66,11 @@ def _megatron(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan(draft: ExportDraft) -> list[str]:
+    draft.argument("--parallelism.context_parallel_degree", draft.plan.get("context_parallel", 1))
+    return []
+
+
 def display(plan: Mapping[str, Any]) -> str:
     """The phrase in the display's parallel line."""
     return f"cp={plan.get('context_parallel', 1)}"
@@ -107,6 +112,7 @@ CONTEXT_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "torchtitan": Export(apply=_torchtitan),
             "megatron": Export(apply=_megatron),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-EXPORTERS = ("deepspeed", "vllm", "megatron")
+EXPORTERS = ("deepspeed", "vllm", "megatron", "torchtitan")
 """Every exporter a contribution must say something about."""
 
 

@@ -64,6 +64,12 @@ def _megatron_expert_tensor(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan_experts(draft: ExportDraft) -> list[str]:
+    if draft.plan.get("expert_parallel", 1) > 1:
+        draft.argument("--parallelism.expert_parallel_degree", draft.plan["expert_parallel"])
+    return []
+
+
 EXPERT_PARALLEL = Technique(
     field="expert_parallel",
     group="key",
@@ -90,6 +96,7 @@ EXPERT_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "torchtitan": Export(apply=_torchtitan_experts),
             "megatron": Export(apply=_megatron_experts),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="a training plan has no vLLM export (expert-parallel serving is not searched yet)"),
@@ -223,6 +230,7 @@ EXPERT_TENSOR_PARALLEL = Technique(
         display_line="parallel",
         display_separator=" ",
         exports={
+            "torchtitan": Export(not_exported="torchtitan has no expert tensor-parallel setting: its rule keeps the experts whole under expert parallelism and split by tp without it"),
             "megatron": Export(apply=_megatron_expert_tensor),
             "deepspeed": Export(apply=_deepspeed_note_expert_tensor),
             "vllm": Export(not_exported="a training plan has no vLLM export"),

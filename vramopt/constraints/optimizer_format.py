@@ -88,6 +88,7 @@ OPTIMIZER = Technique(
         display=display,
         display_line="memory",
         exports={
+            "torchtitan": Export(not_exported="the optimizer is set in torchtitan's config function (AdamW); its rule keeps adam"),
             "megatron": Export(apply=_megatron),
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving runs no optimizer; a training plan has no vLLM export"),

@@ -172,6 +172,37 @@ def _megatron_pipeline_parallel(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan_tensor_parallel(draft: ExportDraft) -> list[str]:
+    draft.argument("--parallelism.tensor_parallel_degree", draft.plan["tensor_parallel"])
+    return []
+
+
+def _torchtitan_pipeline_parallel(draft: ExportDraft) -> list[str]:
+    from vramopt.constraints.pipeline_stages import torchtitan_stage_split
+
+    stages = draft.plan["pipeline_parallel"]
+    draft.argument("--parallelism.pipeline_parallel_degree", stages)
+    if stages > 1:
+        draft.argument("--parallelism.pipeline_parallel_layers_per_stage", torchtitan_stage_split(draft.model["layers"], draft.plan)[0])
+        # ConfigManager refuses pipeline parallelism with CUDA graphs ("CUDA graphs do not
+        # support pipeline parallelism yet"), torchtitan 0.3.0 trainer.py.
+        draft.argument("--training.disable_cuda_graphs")
+    return []
+
+
+def _torchtitan_sequence_parallel(draft: ExportDraft) -> list[str]:
+    if draft.plan["tensor_parallel"] > 1:
+        draft.argument("--parallelism.enable_sequence_parallel" if draft.plan.get("sequence_parallel")
+                       else "--parallelism.no-enable-sequence-parallel")
+    return []
+
+
+def _torchtitan_virtual_stages(draft: ExportDraft) -> list[str]:
+    if draft.plan["pipeline_parallel"] > 1:
+        draft.argument("--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if draft.plan["virtual_stages"] > 1 else "1F1B")
+    return []
+
+
 def _megatron_sequence_parallel(draft: ExportDraft) -> list[str]:
     if draft.plan.get("sequence_parallel"):
         draft.argument("--sequence-parallel")
@@ -202,7 +233,8 @@ GPU = Technique(
         time=gemm_seconds,  # its generation's GEMM efficiency curve and peaks
         contract=ContractField(name="gpu", json_type="string", description="GPU type (catalog name, `vramopt gpus`)"),
         display=lambda plan: str(plan["gpu"]),  # on the hardware line, with the count and nodes
-        exports={"megatron": Export(not_exported="the GPU type is no Megatron-LM argument; the launch line runs on the GPUs it starts on"),
+        exports={"torchtitan": Export(not_exported="the GPU type is no torchtitan setting; the launch line runs on the GPUs it starts on"),
+                 "megatron": Export(not_exported="the GPU type is no Megatron-LM argument; the launch line runs on the GPUs it starts on"),
                  "deepspeed": Export(not_exported="the GPU type is no DeepSpeed setting; the launch note names it"),
                  "vllm": Export(not_exported="the GPU type is no vLLM argument; the hardware or MIG launch note names it")},
         serving_validity=no_rules,
@@ -226,7 +258,8 @@ GPUS = Technique(
         time=group_bandwidth,
         contract=ContractField(name="gpus", json_type="integer", description="GPU count = tp x cp x pp x dp"),
         display=lambda plan: f"{plan['gpus']} x {plan['gpu']}",
-        exports={"megatron": Export(not_exported="the GPU count is the launch line's world size (torchrun --nnodes x --nproc-per-node)"),
+        exports={"torchtitan": Export(not_exported="the GPU count is the launch line's world size (torchrun --nnodes x --nproc-per-node)"),
+                 "megatron": Export(not_exported="the GPU count is the launch line's world size (torchrun --nnodes x --nproc-per-node)"),
                  "deepspeed": Export(apply=_launch_notes), "vllm": Export(apply=vllm_replicas, launch=True)},
         serving_validity=no_rules,  # tp x pp divides the GPU count: the layout's rule (tensor_parallel)
         sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",
@@ -252,7 +285,7 @@ TENSOR_PARALLEL = Technique(
                                description="tensor-parallel degree (Megatron-LM column/row-parallel layers)"),
         display=lambda plan: f"tp={plan['tensor_parallel']}",
         display_line="parallel",
-        exports={"megatron": Export(apply=_megatron_tensor_parallel), "deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(apply=vllm_tensor_parallel)},
+        exports={"torchtitan": Export(apply=_torchtitan_tensor_parallel), "megatron": Export(apply=_megatron_tensor_parallel), "deepspeed": Export(apply=_tensor_parallel_notes), "vllm": Export(apply=vllm_tensor_parallel)},
         serving_validity=serving_layout_invalid_reasons,
         sources=(f"Shoeybi et al. 2019, Megatron-LM, section 3; {NARAYANAN}, section 2.3 and takeaway 1",),
     ),
@@ -278,7 +311,7 @@ PIPELINE_PARALLEL = Technique(
         display=lambda plan: f"pp={plan['pipeline_parallel']}",
         display_line="parallel",
         display_separator=" ",
-        exports={"megatron": Export(apply=_megatron_pipeline_parallel), "deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(apply=vllm_pipeline_parallel)},
+        exports={"torchtitan": Export(apply=_torchtitan_pipeline_parallel), "megatron": Export(apply=_megatron_pipeline_parallel), "deepspeed": Export(apply=_pipeline_parallel_notes), "vllm": Export(apply=vllm_pipeline_parallel)},
         serving_validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         sources=(f"{NARAYANAN}, section 2.2.1 (1F1B: min(p, m) micro-batches in flight, bubble (p - 1) / m)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)"),
@@ -302,7 +335,8 @@ DATA_PARALLEL = Technique(
         display=lambda plan: f"dp={plan['data_parallel']}",
         display_line="parallel",
         display_separator=" ",
-        exports={"megatron": Export(not_exported="Megatron-LM derives the data-parallel size: world size / (tp x cp x pp)"),
+        exports={"torchtitan": Export(not_exported="the data-parallel degree is written as the replicate or shard degree by zero_stage's export"),
+                 "megatron": Export(not_exported="Megatron-LM derives the data-parallel size: world size / (tp x cp x pp)"),
                  "deepspeed": Export(apply=_data_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("PyTorch DistributedDataParallel; Rajbhandari et al. 2020, ZeRO, section 5 (states sharded over dp)",),
     ),
@@ -330,7 +364,7 @@ SEQUENCE_PARALLEL = Technique(
                                description="sequence parallelism: norm/dropout activations sharded over the tensor-parallel group"),
         display=lambda plan: f"sequence parallel {_on_off(plan['sequence_parallel'])}",
         display_line="parallel",
-        exports={"megatron": Export(apply=_megatron_sequence_parallel), "deepspeed": Export(apply=_sequence_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"torchtitan": Export(apply=_torchtitan_sequence_parallel), "megatron": Export(apply=_megatron_sequence_parallel), "deepspeed": Export(apply=_sequence_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=(f"{KORTHIKANTI} (sequence parallelism) and Table 2",),
     ),
 )
@@ -357,7 +391,7 @@ VIRTUAL_STAGES = Technique(
                                description="interleaved pipeline: model chunks per GPU (1 = plain 1F1B)"),
         display=lambda plan: f"virtual stages {plan['virtual_stages']}",
         display_line="parallel",
-        exports={"megatron": Export(apply=_megatron_virtual_stages), "deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"torchtitan": Export(apply=_torchtitan_virtual_stages), "megatron": Export(apply=_megatron_virtual_stages), "deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=(f"{NARAYANAN}, section 2.2.2 (bubble (p - 1) / (v m))", f"{KORTHIKANTI}, section 4.2.3 (1 + (p - 1) / (p v) in flight)"),
     ),
 )

@@ -24,6 +24,7 @@ from vramopt.costs.pipeline_stages import (
     is_valid_split,
     pipeline_degrees,
     stage_activation_loads,
+    stage_counts,
     stage_splits,
     uneven_invalid_reasons,
 )
@@ -87,6 +88,31 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
             f"(--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'})"]
 
 
+def torchtitan_stage_split(layers: int, plan: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) of the plan's
+    stages. torchtitan 0.3.0 (distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part)
+    counts ``layers + first_less + last_less`` effective layers, deals them evenly over the
+    stages and takes first_less off the first and last_less off the last: with the middle
+    stages' count n as layers_per_stage, first_less = n - first and last_less = n - last give
+    Megatron's assignment exactly (virtual_stages 1: the torchtitan rule refuses the others)."""
+    pipeline, virtual = plan["pipeline_parallel"], plan["virtual_stages"]
+    first, last = int(plan.get("first_stage_layers", 0) or 0), int(plan.get("last_stage_layers", 0) or 0)
+    if not first and not last:
+        return layers // (pipeline * virtual), 0, 0
+    counts = stage_counts(layers, pipeline, first, last)
+    middle = max(counts)
+    return middle, middle - counts[0], middle - counts[-1]
+
+
+def _torchtitan(index: int, flag: str):
+    def export(draft: ExportDraft) -> list[str]:
+        if draft.plan["pipeline_parallel"] > 1:  # even stages: 0 (torchtitan's default takes one off the first and last)
+            draft.argument(flag, torchtitan_stage_split(draft.model["layers"], draft.plan)[index])
+        return []
+
+    return export
+
+
 def _megatron(field: str, megatron_flag: str):
     def export(draft: ExportDraft) -> list[str]:
         if draft.plan.get(field):  # 0: as a middle stage, Megatron's default
@@ -124,6 +150,7 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
             display_separator=" ",
             exports={
                 "megatron": Export(apply=_megatron(field, megatron_flag)),
+                "torchtitan": Export(apply=_torchtitan(index + 1, f"--parallelism.pipeline_parallel_{label}_stage_less_layers")),
                 "deepspeed": Export(apply=_deepspeed) if index == 0 else Export(
                     not_exported="the first stage's field writes the note on both ends (DeepSpeed has no per-stage counts)"),
                 "vllm": Export(not_exported="a training plan has no vLLM export"),

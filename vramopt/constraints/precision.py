@@ -105,6 +105,16 @@ def _megatron_communication(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan_precision(draft: ExportDraft) -> list[str]:
+    precision = draft.plan["precision"]
+    draft.argument("--training.mixed_precision_param", "float32" if precision == "fp32" else "bfloat16")
+    if precision not in ("fp8", "fp4"):
+        return []
+    config = draft.model["config"]
+    return [f"precision {precision}: torchtitan's float8/NVFP4 linears are model converters set in a config_registry "
+            f"function (as {config}'s _mxfp8/_nvfp4 variants do); {config} itself trains in bf16"]
+
+
 PRECISION = Technique(
     field="precision",
     group="key",
@@ -125,7 +135,7 @@ PRECISION = Technique(
                                description="compute precision (fp32 master weights and optimizer states stay fp32)"),
         display=lambda plan: f"{plan['precision']} compute",
         display_line="precision",
-        exports={"megatron": Export(apply=_megatron_precision), "deepspeed": Export(apply=_deepspeed_precision), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"torchtitan": Export(apply=_torchtitan_precision), "megatron": Export(apply=_megatron_precision), "deepspeed": Export(apply=_deepspeed_precision), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("Micikevicius et al. 2018, Mixed Precision Training; Micikevicius et al. 2022, FP8 Formats for Deep Learning",
                  "GPU datasheets: dense tensor-core peak per precision (hardware/gpus/*.toml)"),
     ),
@@ -155,7 +165,8 @@ GRAD_COMM_PRECISION = Technique(
                                description="precision of gradients in data-parallel communication"),
         display=lambda plan: f"{plan['grad_comm_precision']} gradient communication",
         display_line="precision",
-        exports={"megatron": Export(apply=_megatron_communication), "deepspeed": Export(apply=_deepspeed_communication), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
+        exports={"torchtitan": Export(not_exported="torchtitan reduces gradients in float32 (training.mixed_precision_reduce), which its rule requires"),
+                 "megatron": Export(apply=_megatron_communication), "deepspeed": Export(apply=_deepspeed_communication), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("DeepSpeed config-json: communication_data_type", "Peng et al. 2023, FP8-LM (fp8 gradient all-reduce)"),
     ),
 )

@@ -36,6 +36,17 @@ def _megatron(draft: ExportDraft) -> list[str]:
     return []
 
 
+def _torchtitan(draft: ExportDraft) -> list[str]:
+    zero, data = draft.plan["zero_stage"], draft.plan["data_parallel"]
+    # ZeRO-0: DDP over the replicate dimension; ZeRO-2/3: FSDP2 over the shard dimension.
+    replicate, shard = (data, 1) if zero == 0 else (1, data)
+    draft.argument("--parallelism.data_parallel_replicate_degree", replicate)
+    draft.argument("--parallelism.data_parallel_shard_degree", shard)
+    if zero >= 2:
+        draft.argument("--parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never")
+    return []
+
+
 ZERO_STAGE = Technique(
     field="zero_stage",
     group="state",
@@ -56,7 +67,7 @@ ZERO_STAGE = Technique(
                                description="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also weights"),
         display=lambda plan: f"ZeRO-{plan['zero_stage']}",
         display_line="memory",
-        exports={"megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
+        exports={"torchtitan": Export(apply=_torchtitan), "megatron": Export(apply=_megatron), "deepspeed": Export(apply=_deepspeed),
                  "vllm": Export(not_exported="serving keeps no gradients or optimizer states; a training plan has no vLLM export")},
         sources=("Rajbhandari et al. 2020, ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, section 5",
                  "DeepSpeed config-json: zero_optimization"),

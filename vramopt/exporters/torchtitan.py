@@ -17,11 +17,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE
-from vramopt.errors import InputError
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, positive_integer, required, response_parts
+from vramopt.constraints import registry
+from vramopt.constraints.contribution import ExportDraft
+from vramopt.errors import InputError, VramoptError
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, required, response_parts
 from vramopt.frameworks import check_runs, plan_columns
-from vramopt.plan import parse_checkpointing
 
 RELEASE = "0.3.0"
 
@@ -42,21 +42,33 @@ class TorchtitanExport(ExportResult):
         return "#!/usr/bin/env bash\n# vramopt --export torchtitan (torchtitan " + RELEASE + ")\n" + self.content["launch"] + "\n"
 
 
-def _stage_split(layers: int, pipeline: int, virtual: int, plan: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) of the plan's
-    stages. torchtitan 0.3.0 (distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part)
-    counts ``layers + first_less + last_less`` effective layers, deals them evenly over the
-    stages and takes first_less off the first and last_less off the last: with the middle
-    stages' count n as layers_per_stage, first_less = n - first and last_less = n - last give
-    Megatron's assignment exactly (virtual_stages 1: the torchtitan rule refuses the others)."""
-    from vramopt.costs.pipeline_stages import stage_counts
+ARGUMENT_ORDER = (
+    "--parallelism.data_parallel_replicate_degree", "--parallelism.data_parallel_shard_degree",
+    "--parallelism.tensor_parallel_degree", "--parallelism.context_parallel_degree",
+    "--parallelism.pipeline_parallel_degree", "--parallelism.expert_parallel_degree",
+    "--parallelism.fsdp_reshard_after_forward",
+    "--parallelism.enable_sequence_parallel", "--parallelism.no-enable-sequence-parallel",
+    "--parallelism.pipeline_parallel_schedule", "--parallelism.pipeline_parallel_layers_per_stage",
+    "--parallelism.pipeline_parallel_first_stage_less_layers", "--parallelism.pipeline_parallel_last_stage_less_layers",
+    "--parallelism.pipeline_parallel_microbatch_size", "--training.disable_cuda_graphs",
+    "--training.local_batch_size", "--training.global_batch_size", "--training.seq_len",
+    "--training.mixed_precision_param",
+    "activation-checkpoint:none", "activation-checkpoint:full", "activation-checkpoint:selective",
+)
+"""The order the overrides are written in: each technique's torchtitan export
+(``Contribution.exports['torchtitan']``) writes its own; a flag missing here is an internal
+error."""
 
-    first, last = int(plan.get("first_stage_layers", 0) or 0), int(plan.get("last_stage_layers", 0) or 0)
-    if not first and not last:
-        return layers // (pipeline * virtual), 0, 0
-    counts = stage_counts(layers, pipeline, first, last)
-    middle = max(counts)
-    return middle, middle - counts[0], middle - counts[-1]
+
+def _ordered(written: Mapping[str, list[str]]) -> list[str]:
+    unknown = [flag for flag in written if flag not in ARGUMENT_ORDER]
+    if unknown:
+        raise VramoptError(f"internal error: torchtitan argument {unknown[0]} has no place in ARGUMENT_ORDER")
+    return [token for flag in ARGUMENT_ORDER if flag in written for token in (flag, *written[flag])]
+
+
+def _no_setting(name: str) -> Any:
+    raise VramoptError(f"internal error: the torchtitan exporter has no documented setting table ({name})")
 
 
 def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
@@ -76,57 +88,17 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
         raise InputError(f"torchtitan {RELEASE} has no config for {name}; it has configs for {', '.join(sorted(CONFIGS))}")
     module, config = CONFIGS[name]
     notes = fit_notes(response)
-    gpus = positive_integer(plan, "gpus")
-    tensor, pipeline = positive_integer(plan, "tensor_parallel"), positive_integer(plan, "pipeline_parallel")
-    context = plan["context_parallel"]
-    data = positive_integer(plan, "data_parallel")
-    virtual, micro = positive_integer(plan, "virtual_stages"), positive_integer(plan, "micro_batch")
-    global_batch = positive_integer(plan, "global_batch")
-    zero = plan["zero_stage"]
-    arguments = ["--module", module, "--config", config]
-    # ZeRO-0: DDP over the replicate dimension; ZeRO-2/3: FSDP2 over the shard dimension.
-    replicate, shard = (data, 1) if zero == 0 else (1, data)
-    arguments += ["--parallelism.data_parallel_replicate_degree", str(replicate),
-                  "--parallelism.data_parallel_shard_degree", str(shard),
-                  "--parallelism.tensor_parallel_degree", str(tensor),
-                  "--parallelism.context_parallel_degree", str(context),
-                  "--parallelism.pipeline_parallel_degree", str(pipeline)]
-    expert = plan["expert_parallel"]
-    if expert > 1:
-        arguments += ["--parallelism.expert_parallel_degree", str(expert)]
-    if zero >= 2:
-        arguments += ["--parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never"]
-    if tensor > 1:
-        arguments.append("--parallelism.enable_sequence_parallel" if plan.get("sequence_parallel") else "--parallelism.no-enable-sequence-parallel")
-    if pipeline > 1:
-        layers = required(model, "layers", "model")
-        per_stage, first_less, last_less = _stage_split(layers, pipeline, virtual, plan)
-        arguments += [
-            "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if virtual > 1 else "1F1B",
-            "--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
-            # Even stages: 0 and 0 (torchtitan's default takes one off the first and last).
-            "--parallelism.pipeline_parallel_first_stage_less_layers", str(first_less),
-            "--parallelism.pipeline_parallel_last_stage_less_layers", str(last_less),
-            "--parallelism.pipeline_parallel_microbatch_size", str(micro),
-            # ConfigManager refuses pipeline parallelism with CUDA graphs ("CUDA graphs do not
-            # support pipeline parallelism yet"), torchtitan 0.3.0 trainer.py.
-            "--training.disable_cuda_graphs",
-        ]
-        local_batch = global_batch // data  # every pipeline micro-batch of the step in one local batch
-    else:
-        local_batch = micro  # one micro-batch per gradient-accumulation step
-    arguments += ["--training.local_batch_size", str(local_batch), "--training.global_batch_size", str(global_batch),
-                  "--training.seq_len", str(positive_integer(plan, "seq_len")),
-                  "--training.mixed_precision_param", "float32" if plan["precision"] == "fp32" else "bfloat16"]
-    kind, _ = parse_checkpointing(required(plan, "checkpointing", "plan"))
-    arguments.append({CHECKPOINT_EVERY: "activation-checkpoint:full", CHECKPOINT_SELECTIVE: "activation-checkpoint:selective"}
-                     .get(kind, "activation-checkpoint:none"))
-    if plan["precision"] in ("fp8", "fp4"):
-        notes.append(f"precision {plan['precision']}: torchtitan's float8/NVFP4 linears are model converters set in a "
-                     f"config_registry function (as {config}'s _mxfp8/_nvfp4 variants do); {config} itself trains in bf16")
-    if kind == CHECKPOINT_SELECTIVE:
-        notes.append("checkpointing selective: torchtitan's SelectiveAC saves the matmul and attention outputs and "
-                     "recomputes the rest, close to but not the same bytes as the attention-core recomputation the plan counts")
+    gpus = plan["gpus"]
+    content: dict[str, Any] = {"arguments": {"--training.global_batch_size": [str(plan["global_batch"])],
+                                             "--training.seq_len": [str(plan["seq_len"])]}}
+    # Each technique writes its own overrides and notes (its Contribution's torchtitan export), in plan order.
+    draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config},
+                        content=content, setting=_no_setting)
+    for technique in registry.training_techniques():
+        export = technique.contribution.exports["torchtitan"]
+        if export.apply is not None:
+            notes.extend(export.apply(draft))
+    arguments = ["--module", module, "--config", config] + _ordered(content["arguments"])
     if workload in ("lora", "qlora"):
         notes.append(f"{workload}: torchtitan's LoRA component is set in the config function, not by these arguments")
     notes.append(f"tokenizer and weights: {config} reads hf_assets_path (set --hf_assets_path to the downloaded Hugging Face assets)")
