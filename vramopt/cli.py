@@ -81,6 +81,7 @@ from vramopt.cli_options import (  # noqa: F401 - re-exported
     offload_limits,
     plan_options,
     reject_unused_options,
+    with_plan_fields,
     space_options,
     workload_options,
 )
@@ -183,15 +184,13 @@ def models(output_format: str) -> None:
                    "--export torchtitan train.sh or --export vllm vllm.json.")
 @framework_option
 @format_option()
+@with_plan_fields
 def solve(output_format: str, request_path: str | None, export: tuple[str, str] | None, framework: str | None,
           **options: Any) -> None:
     """Find the highest-throughput plan that fits every GPU with its headroom.
 
-    Plan fields for --allow/--forbid/--pin. Training: gpu, gpus, tensor_parallel, context_parallel,
-    pipeline_parallel, data_parallel, sequence_parallel, virtual_stages, precision,
-    grad_comm_precision, micro_batch, zero_stage, offload, optimizer, checkpointing, flash_attention.
-    Serving (--workload infer): gpu, gpus, tensor_parallel, pipeline_parallel, quantization,
-    mig_profile, kv_cache_dtype, paged_kv, slots, speculative_decoding.
+    Plan fields for --allow/--forbid/--pin. Training: {training_fields}.
+    Serving (--workload infer): {serving_fields}.
     Exit status: 0 with a plan, 2 when the request is invalid or infeasible (the reason
     and the smallest fix are printed).
     """

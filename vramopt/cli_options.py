@@ -117,6 +117,17 @@ workload_options = apply_options(
     ]
 )
 
+def with_plan_fields(function: Callable) -> Callable:
+    """Fill a command's help with the plan fields --allow/--forbid/--pin take, from the
+    techniques (registry.PLAN_ORDER and SERVING_ORDER), so a new technique is listed."""
+    from vramopt.constraints import registry
+
+    training = [technique.field for technique in registry.training_techniques()]
+    function.__doc__ = function.__doc__.format(training_fields=", ".join(training),
+                                               serving_fields=", ".join(registry.SERVING_ORDER))
+    return function
+
+
 def _technique_option(technique) -> Callable:
     """The estimate option of one training technique, from its ``PlanField`` declaration
     (flags, type, default, help), so that a new technique brings its own option."""
