@@ -38,6 +38,7 @@ FLASH_ATTENTION = Technique(
         python_type=bool, default=True, flags=("--flash-attention/--no-flash-attention",),
         help="FlashAttention: no s^2 attention-score activations.",
     ),
+    aliases=("flash",),
     contribution=Contribution(
         validity=no_rules,  # cp > 1 needs it: context parallelism's rule
         memory=layer_bytes,

@@ -50,6 +50,7 @@ MICRO_BATCH = Technique(
     plan_field=PlanField(
         python_type=int, default=1, minimum=1, flags=("--micro-batch",), help="Sequences per micro-batch per GPU.",
     ),
+    aliases=("mb",),
     contribution=Contribution(
         validity=no_rules,  # global_batch a multiple of micro_batch x dp: the layout's rule
         memory=activation_bytes,

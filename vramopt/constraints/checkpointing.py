@@ -135,6 +135,7 @@ CHECKPOINTING = Technique(
             "K layers; 'full' means every:1).",
         help="Activation checkpointing: none, selective, full (= every:1) or every:K layers.",
     ),
+    aliases=("ckpt", "checkpoint"),
     contribution=Contribution(
         validity=checkpointing_invalid_reasons,
         memory=activation_bytes,

@@ -61,6 +61,25 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     return [EXPORT_NOTES["deepspeed"].format(cp=degree)] if degree > 1 else []
 
 
+def explain_values(*, seq_len: int, most: int):
+    """Why a degree is not searched (an emptied domain's explanation), and the degrees it could take."""
+    from vramopt.constraints.parallelism import powers_of_two_up_to
+    from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS
+
+    def reason(degree: int) -> str | None:
+        if not whole_tile_chunks(seq_len, degree):
+            return (f"not a split of seq_len {seq_len:,} into 2 x context_parallel chunks of whole "
+                    f"{ATTENTION_TILE_TOKENS}-token attention tiles")
+        if degree > most:
+            return f"more than the {most} GPUs a plan may use"
+        return None
+
+    def universe() -> list[int]:
+        return [degree for degree in powers_of_two_up_to(most) if whole_tile_chunks(seq_len, degree)]
+
+    return reason, universe
+
+
 def _megatron(draft: ExportDraft) -> list[str]:
     draft.argument("--context-parallel-size", draft.plan.get("context_parallel", 1))
     return []
@@ -99,6 +118,8 @@ CONTEXT_PARALLEL = Technique(
             "torchtitan context parallelism); 1 = none. gpus = tp x cp x pp x dp.",
         help="Context-parallel degree: ring attention over cp GPUs that split each sequence.",
     ),
+    explain_values=explain_values,
+    aliases=("cp",),
     contribution=Contribution(
         validity=lambda case, columns: context_parallel_invalid_reasons(case.seq_len, columns),
         memory=tokens_per_rank,

@@ -83,6 +83,7 @@ EXPERT_PARALLEL = Technique(
         doc="Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py).",
         help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of tp x cp x dp.",
     ),
+    aliases=("ep",),
     contribution=Contribution(
         validity=lambda case, columns: expert_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,
@@ -217,6 +218,7 @@ EXPERT_TENSOR_PARALLEL = Technique(
         help="Experts' tensor-parallel degree (Megatron-Core ETP; 1 = whole experts per rank). [default: 0 = the --tp degree]",
         resolve=_resolved_expert_tensor_parallel,
     ),
+    aliases=("etp",),
     contribution=Contribution(
         validity=lambda case, columns: expert_tensor_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,

@@ -67,6 +67,7 @@ KV_CACHE_DTYPE = Technique(
     columns=lambda value: {"kv_cache_dtype": value},
     decode=lambda codes: codes["kv_cache_dtype"],
     workloads=("infer",),
+    aliases=("kv_dtype",),
     contribution=Contribution(
         validity=kv_cache_dtype_invalid_reasons,
         memory=kv_cache_bytes_per_token,

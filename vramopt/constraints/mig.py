@@ -55,6 +55,7 @@ MIG_PROFILE = Technique(
     columns=lambda value: {"mig_profile": value},
     decode=lambda codes: codes["mig_profile"],
     workloads=("infer",),
+    aliases=("mig",),
     contribution=Contribution(
         validity=mig_invalid_reasons,
         memory=evaluate_serving,  # the instance's capacity (GpuSpec.mig_profiles memory_bytes)

@@ -277,6 +277,7 @@ TENSOR_PARALLEL = Technique(
     decode=lambda codes: int(codes["tensor_parallel"]),
     workloads=WORKLOADS,
     plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--tp",), help="Tensor-parallel degree."),
+    aliases=("tp",),
     contribution=Contribution(
         validity=layout_invalid_reasons,
         memory=parameters_per_gpu,
@@ -303,6 +304,7 @@ PIPELINE_PARALLEL = Technique(
     decode=lambda codes: int(codes["pipeline_parallel"]),
     workloads=WORKLOADS,
     plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--pp",), help="Pipeline-parallel stages."),
+    aliases=("pp",),
     contribution=Contribution(
         validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         memory=in_flight_micro_batches,
@@ -327,6 +329,7 @@ DATA_PARALLEL = Technique(
     columns=lambda value: {"data_parallel": value},
     decode=lambda codes: int(codes["data_parallel"]),
     derived=True,
+    aliases=("dp",),
     contribution=Contribution(
         validity=no_rules,  # derived from the GPU count: the layout's rule (tensor_parallel)
         memory=lambda columns, zero_stage: ParallelLayout.from_columns(columns).optimizer_zero_shards(zero_stage),
@@ -356,6 +359,7 @@ SEQUENCE_PARALLEL = Technique(
         doc="Shard the layer-norm/dropout activations over the tensor-parallel group (needs tp > 1).",
         help="Shard norm/dropout activations over the tensor-parallel group (needs --tp > 1).",
     ),
+    aliases=("sp",),
     contribution=Contribution(
         validity=sequence_parallel_invalid_reasons,
         memory=layer_bytes,
@@ -383,6 +387,7 @@ VIRTUAL_STAGES = Technique(
         doc="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
         help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
     ),
+    aliases=("vv",),
     contribution=Contribution(
         validity=virtual_stages_invalid_reasons,
         memory=in_flight_micro_batches,

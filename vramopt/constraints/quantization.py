@@ -90,6 +90,7 @@ QUANTIZATION = Technique(
     columns=lambda value: {"quantization": value},
     decode=lambda codes: codes["quantization"],
     workloads=("infer",),
+    aliases=("quant",),
     contribution=Contribution(
         validity=quantization_invalid_reasons,
         memory=quantized_weight_bytes,

@@ -38,6 +38,7 @@ SPECULATIVE_DECODING = Technique(
     columns=lambda value: {"speculative_decoding": value},
     decode=lambda codes: codes["speculative_decoding"],
     workloads=("infer",),
+    aliases=("speculative",),
     contribution=Contribution(
         validity=no_rules,  # a draft runs beside any layout, weight format and KV cache
         memory=evaluate_serving,

@@ -130,6 +130,14 @@ class Technique:
     plan_field: PlanField | None = None
     """Its field in the typed training plan and its estimate option (every training
     technique that is not derived has one; serving plans are ``types.ServingPlan``)."""
+    explain_values: Callable[..., tuple[Callable[[Any], str | None], Callable[[], list]]] | None = None
+    """For a key field whose values depend on the request: ``(seq_len=, most=)`` -> (why a
+    value is not searched, or None; the values it could take), which explains a domain the
+    user's choices left empty (``optimizer/empty_domains.py``); None for the fields the
+    explanations there spell out."""
+    aliases: tuple[str, ...] = ()
+    """Short names a user may type for the field (``cp``): --pin cp=2 is answered with the
+    field's real name (``optimizer/domains.py``)."""
     contribution: Any = None
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); every registered technique has one

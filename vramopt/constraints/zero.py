@@ -59,6 +59,7 @@ ZERO_STAGE = Technique(
     plan_field=PlanField(
         python_type=int, default=0, choices=(0, 1, 2, 3), flags=("--zero",), help="ZeRO stage 0-3.",
     ),
+    aliases=("zero",),
     contribution=Contribution(
         validity=no_rules,  # the offload rules that need a ZeRO stage are offload's
         memory=model_state_bytes,

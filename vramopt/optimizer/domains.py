@@ -18,13 +18,9 @@ from vramopt.types import SearchSpace
 PINNABLE_FIELDS = tuple(technique.field for technique in registry.TECHNIQUES)
 
 
-SHORT_NAMES = {
-    "tp": "tensor_parallel", "pp": "pipeline_parallel", "dp": "data_parallel", "sp": "sequence_parallel",
-    "zero": "zero_stage", "ckpt": "checkpointing", "checkpoint": "checkpointing", "flash": "flash_attention",
-    "mb": "micro_batch", "quant": "quantization", "kv_dtype": "kv_cache_dtype", "mig": "mig_profile",
-    "speculative": "speculative_decoding", "vv": "virtual_stages", "cp": "context_parallel",
-}
-"""Common short names, answered with the plan field's real name (pins use the JSON names)."""
+SHORT_NAMES = {alias: technique.field for technique in registry.TECHNIQUES for alias in technique.aliases}
+"""Common short names (each technique's ``aliases``), answered with the plan field's real
+name (pins use the JSON names)."""
 
 
 def _check_field(field: str, kind: str | None = None) -> None:

@@ -27,11 +27,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from vramopt.costs.pipeline_stages import pipeline_degrees, stage_count_sets, stage_splits
 from vramopt.constraints import registry
 from vramopt.constraints.mig import NO_MIG
-from vramopt.constraints.parallelism import divisors, gpu_counts, powers_of_two_up_to
+from vramopt.constraints.parallelism import divisors, gpu_counts
 from vramopt.constraints.precision import PREFERENCE
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import CHECKPOINT_EVERY
-from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS, whole_tile_chunks
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATION_NEEDS, QUANTIZATIONS
 from vramopt.errors import InfeasibleError, InputError
 from vramopt.optimizer.domain_values import MAX_LISTED, listing, nearest_value, text
@@ -223,18 +222,10 @@ def _layout(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, s
 def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace, global_batch: int, seq_len: int = 0) -> None:
     tensor, pipeline, most = _layout(chain, model, gpu, space, serving=False)
 
-    def context_reason(degree: int) -> str | None:
-        if not whole_tile_chunks(seq_len, degree):
-            return (f"not a split of seq_len {seq_len:,} into 2 x context_parallel chunks of whole "
-                    f"{ATTENTION_TILE_TOKENS}-token attention tiles")
-        if degree > most:
-            return f"more than the {most} GPUs a plan may use"
-        return None
-
-    def context_universe() -> list[int]:
-        return [degree for degree in powers_of_two_up_to(most) if whole_tile_chunks(seq_len, degree)]
-
-    chain.keep("context_parallel", context_reason, universe=context_universe)
+    for technique in registry.training_techniques():  # the key fields that explain their own values
+        if technique.explain_values is not None:
+            reason, universe = technique.explain_values(seq_len=seq_len, most=most)
+            chain.keep(technique.field, reason, universe=universe)
 
     def data_parallel_reason(degree: int) -> str | None:
         if global_batch % degree != 0:
