@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.parallelism import divisors
+from vramopt.constraints.key_domain import KeyDomain, KeyRule
 from vramopt.constraints.technique import Technique, parse_int
 from vramopt.costs.memory import activation_bytes
 from vramopt.costs.training import micro_batches_per_step
@@ -20,6 +21,13 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     return []
 
 DEFAULT_MAX_MICRO_BATCH = 64
+
+KEY = KeyDomain(
+    values=lambda request: request.resolve("micro_batch"),
+    # the micro-batch divides the sequences each replica takes of the global batch
+    rules=(KeyRule(reads=("data_parallel", "micro_batch"),
+                   admits=lambda request, rows: (request.workload.global_batch // rows.data_parallel) % rows.micro_batch == 0),),
+)
 
 MICRO_BATCH = Technique(
     field="micro_batch",
@@ -42,6 +50,7 @@ MICRO_BATCH = Technique(
         sources=("Narayanan et al. 2021, Fig. 7 (throughput vs micro-batch size)",
                  "DeepSpeed config-json: train_micro_batch_size_per_gpu"),
     ),
+    key_domain=KEY,
 )
 
 TECHNIQUES = (MICRO_BATCH,)

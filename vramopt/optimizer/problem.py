@@ -20,13 +20,10 @@ from typing import Any
 import numpy as np
 
 from vramopt.constraints import registry
-from vramopt.constraints.parallelism import divisors, gpu_counts
-from vramopt.constraints.pipeline_stages import STAGE_FIELDS, key_splits
-from vramopt.constraints.precision import PREFERENCE
+from vramopt.constraints.key_domain import KeyRequest
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.pipeline_stages import divides_every_stage
-from vramopt.costs.context_parallel import whole_tile_chunks
 from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
@@ -36,6 +33,7 @@ from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
+from vramopt.optimizer.keys import training_keys
 from vramopt.optimizer.reductions import ServingReduction, TrainingReduction, reduction_for
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
 from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names callers import from here)
@@ -51,7 +49,6 @@ from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names cal
     check_table_size,
     gpu_types,
 )
-from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
@@ -87,7 +84,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
 
     _check_named_precisions(gpus, choices)
     raise_on_empty_domain(model, workload, space, choices, gpus)
-    key_rows, contexts = [], []
+    key_parts, contexts = [], []
     for gpu_index, gpu in enumerate(gpus):
         context = DomainContext(
             layers=model.layers,
@@ -102,10 +99,11 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
             experts=model.moe.experts if model.moe is not None else 0,
         )
         contexts.append(context)
-        key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
-    if not key_rows:
+        key_parts.append(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
+    keys = {name: np.concatenate([part[name] for part in key_parts]) for name in ("gpu_index",) + KEY_COLUMNS}
+    key_count = len(keys["gpu_index"])
+    if not key_count:
         raise InputError(_no_layout_message(model, workload, space, choices))
-    keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(("gpu_index",) + KEY_COLUMNS)}
 
     # Every GPU type's items, once (in GPU name order, so the --gpu order changes nothing).
     by_name = [contexts[index] for index in sorted(range(len(gpus)), key=lambda index: gpus[index].name)]
@@ -114,7 +112,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
     if not state_values or not activation_values:
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
-    check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
+    check_table_size(key_count, max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
     _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
@@ -158,71 +156,12 @@ def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
     raise_on_empty_domain(model, workload, space, choices, gpus)
 
 
-def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> list[tuple]:
-    counts = domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
-    counts = [count for count in counts if count <= space.max_gpus]
-    tensor = domain("tensor_parallel", context, choices)
-    context_degrees = [cp for cp in domain("context_parallel", context, choices) if whole_tile_chunks(workload.seq_len, cp)]
-    experts = model.moe.experts if model.moe is not None else 1
-    expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
-    expert_tensor_codes = domain("expert_tensor_parallel", context, choices)
-    # Unless the user names etp, whole experts (etp 1) are searched with expert parallelism
-    # only: at ep 1 they would replicate every expert over tp (constraints/expert_parallel.py).
-    etp_named = any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow"))
-    pipeline = domain("pipeline_parallel", context, choices)
-    # The stage layer counts the user named (None: each degree's default splits), and forbids.
-    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
-                                 for field in STAGE_FIELDS)
-    forbidden_layers = tuple(choices["forbid"].get(field, ()) for field in STAGE_FIELDS)
-    precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
-    micro_batches = domain("micro_batch", context, choices)
-    data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
-    # A layout is gpus = tp x cp x pp x dp with dp dividing the global batch: enumerate those
-    # products (not every count x tp x pp, which is minutes for a million-GPU space), then
-    # put them back in the fixed order (count, then tp, cp, pp, in their domains' order).
-    position = {count: index for index, count in enumerate(counts)}
-    data_parallel_forbidden = choices["forbid"].get("data_parallel", ())
-    data_parallel = [dp for dp in divisors(workload.global_batch)
-                     if (None in data_parallel_allowed or dp in data_parallel_allowed) and dp not in data_parallel_forbidden]
-    layouts = []
-    for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
-        enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
-    ):
-        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden_layers)  # even, or uneven first/last stages
-        if model.heads % t != 0 or not splits:
-            continue
-        if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
-            continue
-        if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
-            continue
-        for dp in data_parallel:
-            layout = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp)
-            count = layout.world_size
-            if count in position:
-                # ep x etp refold tp x cp x dp (costs/expert_parallel.py); an etp code that
-                # resolves to another code's degree (1 = tp at tp 1) is the same layout, kept once.
-                for e_index, ep in enumerate(expert_degrees):
-                    seen_etp = set()
-                    for x_index, etp_code in enumerate(expert_tensor_codes):
-                        etp = etp_code or t
-                        if etp in seen_etp or layout.stage_gpus % (ep * etp) != 0 or (etp != t and not model.moe):
-                            continue
-                        if not etp_named and ep == 1 and etp != t:
-                            continue
-                        seen_etp.add(etp)
-                        for s_index, (first, last) in enumerate(splits):
-                            layouts.append((position[count], t_index, c_index, e_index, x_index, p_index, s_index,
-                                            count, t, cp, p, dp, ep, etp_code, first, last))
-    layouts.sort()
-    rows = []
-    for *_, count, t, cp, p, dp, ep, etp_code, first, last in layouts:
-        for precision in precisions:
-            if not gpu.supports(precision):
-                continue
-            for b in micro_batches:
-                if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code, first, last))
-    return rows
+def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> dict[str, np.ndarray]:
+    """One GPU type's key columns, generated from the key techniques' ``KeyDomain`` s
+    (``optimizer/keys.py``)."""
+    request = KeyRequest(gpu=gpu, model=model, workload=workload, space=space, context=context, choices=choices,
+                         resolve=lambda field, default=None: domain(field, context, choices, default))
+    return training_keys(request, gpu_index)
 
 
 def _check_named_precisions(gpus, choices) -> None:
