@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,6 @@ from vramopt.constraints.key_domain import KeyRequest
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.pipeline_stages import divides_every_stage
-from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
@@ -33,6 +33,7 @@ from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
+from vramopt.optimizer.grid_rules import KeyItemGrid
 from vramopt.optimizer.keys import training_keys
 from vramopt.optimizer.reductions import ServingReduction, TrainingReduction, reduction_for
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
@@ -201,9 +202,13 @@ def _empty_fields(context, choices) -> str:
 
 
 def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> tuple[np.ndarray, ItemTable]:
-    """Evaluate every key x item of one group with the other group held at a neutral item."""
+    """Evaluate every key x item of one group with the other group held at a neutral item.
+
+    The rules are evaluated per distinct combination of the columns each reads
+    (``optimizer/grid_rules.py``), and the cost model on the well-formed rows only, whose
+    columns are gathered from the per-key and per-item codes (most activation items are
+    malformed for most keys: sequence parallelism without tp, interleaving without pp)."""
     key_count, item_count = len(keys["gpus"]), len(items)
-    codes = {name: np.repeat(keys[name], item_count) for name in KEY_COLUMNS}
     item_codes: dict[str, list[int]] = {}
     for item in items:
         merged: dict[str, int] = {}
@@ -211,40 +216,36 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
             merged.update(registry.technique(field_name).columns(value))
         for name, code in merged.items():
             item_codes.setdefault(name, []).append(code)
-    for name, values in item_codes.items():
-        codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
+    per_item = {name: np.array(values, dtype=np.int64) for name, values in item_codes.items()}
+    per_key = {name: keys[name] for name in KEY_COLUMNS if name not in per_item}
     neutral = neutral_codes(registry.ACTIVATION_FIELDS if group == "state" else registry.STATE_FIELDS)
-    for name, code in neutral.items():
-        codes.setdefault(name, np.full(key_count * item_count, code, dtype=np.int64))
-    if "grad_comm_precision" not in codes:
-        codes["grad_comm_precision"] = codes["precision"]
+    constant_codes = {name: code for name, code in neutral.items() if name not in per_item and name not in per_key}
+    if "grad_comm_precision" not in per_item and "grad_comm_precision" not in constant_codes:
+        per_key["grad_comm_precision"] = per_key["precision"]
 
-    gpu_index = np.repeat(keys["gpu_index"], item_count)
-    memory = np.zeros(key_count * item_count)
-    seconds = np.zeros(key_count * item_count)
-    constant = np.zeros(key_count * item_count)
-    valid = np.ones(key_count * item_count, dtype=bool)
-    valid[:] = False
+    shape = (key_count, item_count)
+    # Flat (key-major) arrays, written through flat row indices: a 2-D fancy assignment costs more.
+    memory, seconds, constant = np.zeros(key_count * item_count), np.zeros(key_count * item_count), np.zeros(key_count * item_count)
+    valid = np.zeros(key_count * item_count, dtype=bool)
     for index, case in enumerate(cases):
-        rows = np.flatnonzero(gpu_index == index)
-        if rows.size == 0:
+        key_rows = np.flatnonzero(keys["gpu_index"] == index)
+        if key_rows.size == 0:
             continue
-        # One GPU type holds every row: read the columns as they are (a copy of each costs
-        # ~0.1 s on a 2t table of 1.8M rows).
-        every_row = rows.size == gpu_index.size
-        columns = PlanColumns(**{name: codes[name] if every_row else codes[name][rows] for name in PlanColumns.__dataclass_fields__})
-        well_formed = np.ones(rows.size, dtype=bool)
-        for mask in invalid_reasons(case, columns).values():
-            well_formed &= ~np.asarray(mask, dtype=bool)
-        for mask in refused_masks(framework, columns, group).values():  # rules of the key and this group only
-            well_formed &= ~mask
-        # Evaluate only well-formed rows: most activation items are malformed for most keys
-        # (sequence parallelism without tp, interleaving without pp).
-        rows = rows[well_formed]
-        if rows.size == 0:
+        # One GPU type holds every key: read the codes as they are.
+        type_keys = per_key if key_rows.size == key_count else {name: values[key_rows] for name, values in per_key.items()}
+        grid = KeyItemGrid(key_rows.size, item_count, type_keys, per_item, constant_codes)
+        broken = np.zeros((key_rows.size, item_count), dtype=bool)
+        for technique in registry.training_techniques():  # constraints/validity.training_invalid_reasons, rule by rule
+            broken |= grid.broken(partial(technique.contribution.validity, case))
+        broken |= grid.broken(lambda columns: refused_masks(framework, columns, group))  # rules of the key and this group only
+        key_of_row, item_of_row = np.nonzero(~broken)
+        if key_of_row.size == 0:
             continue
-        columns = PlanColumns(**{name: codes[name][rows] for name in PlanColumns.__dataclass_fields__})
-        values = evaluate_training(case, columns)
+        gathered = {name: values[key_of_row] for name, values in type_keys.items()}
+        gathered.update({name: values[item_of_row] for name, values in per_item.items()})
+        gathered.update({name: np.full(key_of_row.size, code, dtype=np.int64) for name, code in constant_codes.items()})
+        values = evaluate_training(case, PlanColumns(**{name: gathered[name] for name in PlanColumns.__dataclass_fields__}))
+        rows = key_rows[key_of_row] * item_count + item_of_row
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
             seconds[rows] = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
@@ -252,28 +253,30 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         else:
             memory[rows] = values["activations_bytes"]
             seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
-            ok = np.ones(rows.size, dtype=bool)
+            ok = np.ones(key_of_row.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])
+    grid = KeyItemGrid(key_count, item_count, per_key, per_item, constant_codes)
+    memory, seconds, constant, valid = (values.reshape(shape) for values in (memory, seconds, constant, valid))
     if group == "state":
-        forbidden = choices["forbid"].get("grad_comm_precision", ())
-        for name in forbidden:
-            valid &= codes["grad_comm_precision"] != PRECISIONS.index(name)
+        forbidden = [PRECISIONS.index(name) for name in choices["forbid"].get("grad_comm_precision", ())]
+        if forbidden:
+            valid &= ~grid.broken(lambda columns: {"forbidden": np.isin(columns.grad_comm_precision, forbidden)})
     else:
-        every = codes["checkpoint_every"]
-        valid &= (every == 0) | divides_every_stage(  # every:k divides each stage's layers (costs/pipeline_stages.py)
-            cases[0].model.layers, codes["pipeline_parallel"], codes["first_stage_layers"], codes["last_stage_layers"], every)
-    shape = (key_count, item_count)
+        layers = cases[0].model.layers
+        valid &= ~grid.broken(lambda columns: {  # every:k divides each stage's layers (costs/pipeline_stages.py)
+            "every": (columns.checkpoint_every != 0) & ~divides_every_stage(
+                layers, columns.pipeline_parallel, columns.first_stage_layers, columns.last_stage_layers, columns.checkpoint_every)})
     table = ItemTable(
         values=tuple(items),
-        valid=valid.reshape(shape),
-        memory_mib=mib_ceil_array(memory).reshape(shape),
+        valid=valid,
+        memory_mib=mib_ceil_array(memory),
         time_ticks=np.zeros(shape, dtype=np.int64),
-        memory_bytes=memory.reshape(shape),
-        time_s=seconds.reshape(shape),
+        memory_bytes=memory,
+        time_s=seconds,
     )
     # logits + reserve depend on the key only; rows left unevaluated hold 0.
-    return constant.reshape(shape).max(axis=1), table
+    return constant.max(axis=1), table
 
 
 def _tick(state: ItemTable, activation: ItemTable) -> float:
