@@ -16,7 +16,7 @@ from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import GROUPS, DomainContext, Technique
 from vramopt.types import PRECISIONS, ServingPlan, TrainingPlan
 
-SHARED_MODULES = {"technique", "registry", "headroom", "contribution", "validity", "serving_layout"}
+SHARED_MODULES = {"technique", "registry", "headroom", "contribution", "validity", "serving_layout", "key_domain"}
 """Modules without techniques of their own (serving_layout is the serving half of parallelism.py's layout fields)."""
 
 

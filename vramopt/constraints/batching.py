@@ -10,6 +10,7 @@ from __future__ import annotations
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.parallelism import divisors
 from vramopt.constraints.technique import PlanField, Technique, parse_int
+from vramopt.constraints.key_domain import KeyDomain, KeyRule
 from vramopt.costs.memory import activation_bytes
 from vramopt.costs.training import micro_batches_per_step
 
@@ -36,6 +37,12 @@ def _torchtitan(draft: ExportDraft) -> list[str]:
         draft.argument("--training.local_batch_size", micro)  # one micro-batch per gradient-accumulation step
     return []
 
+KEY = KeyDomain(
+    values=lambda request: request.resolve("micro_batch"),
+    # the micro-batch divides the sequences each replica takes of the global batch
+    rules=(KeyRule(reads=("data_parallel", "micro_batch"),
+                   admits=lambda request, rows: (request.workload.global_batch // rows.data_parallel) % rows.micro_batch == 0),),
+)
 
 MICRO_BATCH = Technique(
     field="micro_batch",
@@ -62,6 +69,7 @@ MICRO_BATCH = Technique(
         sources=("Narayanan et al. 2021, Fig. 7 (throughput vs micro-batch size)",
                  "DeepSpeed config-json: train_micro_batch_size_per_gpu"),
     ),
+    key_domain=KEY,
 )
 
 TECHNIQUES = (MICRO_BATCH,)

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
+from vramopt.constraints.key_domain import KeyDomain
 from vramopt.costs.context_parallel import (
     context_parallel_invalid_reasons,
     ring_seconds_per_micro_batch,
@@ -44,6 +45,11 @@ def default_degrees(context: DomainContext) -> tuple[int, ...]:
             degrees.append(degree)
         degree *= 2
     return tuple(degrees)
+
+
+KEY = KeyDomain(values=lambda request: tuple(
+    cp for cp in request.resolve("context_parallel") if whole_tile_chunks(request.workload.seq_len, cp)))
+"""The key enumeration's degrees: those that split the sequence into 2 x cp whole tiles."""
 
 
 EXPORT_NOTES = {
@@ -140,6 +146,7 @@ CONTEXT_PARALLEL = Technique(
         },
         sources=SOURCES,
     ),
+    key_domain=KEY,
 )
 
 TECHNIQUES = (CONTEXT_PARALLEL,)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, Gain
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
+from vramopt.constraints.key_domain import KeyDomain, KeyRule
 from vramopt.costs.expert_parallel import (
     all_to_all_seconds_per_micro_batch,
     expert_parallel_invalid_reasons,
@@ -21,6 +22,7 @@ from vramopt.costs.expert_parallel import (
     moe_tensor_parallel_adjustment_s,
     unsplit_expert_parameters_per_gpu,
 )
+from vramopt.parallel_layout import ParallelLayout, resolved_expert_tensor_parallel
 
 LARGEST_DEFAULT_DEGREE = 64
 """DeepSeek-V3 technical report section 3.1: 64-way expert parallelism over 8 nodes."""
@@ -33,6 +35,13 @@ def default_degrees(context: DomainContext) -> tuple[int, ...]:
             degrees.append(degree)
         degree *= 2
     return tuple(degrees)
+
+
+def _expert_parallel_candidates(request) -> tuple[int, ...]:
+    """Degrees that divide the routed experts (1 only for a dense model)."""
+    model = request.model
+    experts = model.moe.experts if model.moe is not None else 1
+    return tuple(ep for ep in request.resolve("expert_parallel") if experts % ep == 0 and (ep == 1 or model.moe))
 
 
 def display(plan: Mapping[str, Any]) -> str:
@@ -112,6 +121,7 @@ EXPERT_PARALLEL = Technique(
         gain=Gain(key="expert_gain", measure=lambda workload, estimate, framework: expert_gain(workload, estimate, framework),
                   sentence=lambda plan, gain, gb: why_line(plan, gain, gb)),
     ),
+    key_domain=KeyDomain(values=_expert_parallel_candidates),
 )
 
 def expert_gain(workload, estimate, framework: str = "generic") -> dict[str, Any] | None:
@@ -185,6 +195,37 @@ def display_expert_tensor(plan: Mapping[str, Any]) -> str:
     return f"etp={degree}" if degree != plan.get("tensor_parallel", 1) else ""
 
 
+def _resolved(rows):
+    return resolved_expert_tensor_parallel(rows.expert_tensor_parallel, rows.tensor_parallel)
+
+
+def _whole_experts_searched(request, rows):
+    """Experts split otherwise than the dense layers: MoE only, and unless the user names
+    etp only with expert parallelism (at ep 1 etp 1 replicates every expert over tp)."""
+    other = _resolved(rows) != rows.tensor_parallel
+    named = request.named("expert_tensor_parallel")
+    return ~other | (bool(request.model.moe) & (named | (rows.expert_parallel != 1)))
+
+
+def _expert_groups_fit(request, rows):
+    """ep x etp divides the stage's tp x cp x dp ranks (the expert layers refold them)."""
+    layout = ParallelLayout(tensor_parallel=rows.tensor_parallel, context_parallel=rows.context_parallel,
+                            data_parallel=rows.data_parallel, pipeline_parallel=1,
+                            expert_parallel=rows.expert_parallel, expert_tensor_parallel=_resolved(rows))
+    return layout.stage_gpus % layout.expert_weight_shards == 0
+
+
+EXPERT_TENSOR_KEY = KeyDomain(
+    values=lambda request: request.resolve("expert_tensor_parallel"),
+    rules=(
+        KeyRule(reads=("tensor_parallel", "expert_parallel", "expert_tensor_parallel"), admits=_whole_experts_searched),
+        KeyRule(reads=("tensor_parallel", "context_parallel", "data_parallel", "expert_parallel", "expert_tensor_parallel"),
+                admits=_expert_groups_fit),
+    ),
+    same_as=_resolved,  # code 0 and code tp are one layout: the first in the domain's order kept
+)
+
+
 def _deepspeed_note_expert_tensor(draft: ExportDraft) -> list[str]:
     degree = draft.plan.get("expert_tensor_parallel", draft.plan.get("tensor_parallel", 1))
     if degree == draft.plan.get("tensor_parallel", 1):
@@ -243,6 +284,7 @@ EXPERT_TENSOR_PARALLEL = Technique(
             "yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (etp 1 in every published layout)",
         ),
     ),
+    key_domain=EXPERT_TENSOR_KEY,
 )
 
 TECHNIQUES = (EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL)

@@ -15,8 +15,11 @@ def encode_memory_budget(cp, key_literal, state_items, activation_items, budget_
     constant memory (logits, framework reserve) is already subtracted from ``budget_mib``.
     Written per key (not one global row) because it keeps the LP relaxation tight.
     """
-    terms = [mib * literal for literal, mib in state_items] + [mib * literal for literal, mib in activation_items]
-    cp.add(sum(terms) <= budget_mib * key_literal).with_name(f"headroom[{name}]")
+    from ortools.sat.python import cp_model  # the solver's, only when a model is built
+
+    items = state_items + activation_items + [(key_literal, -budget_mib)]  # parts - budget x key <= 0
+    terms = cp_model.LinearExpr.weighted_sum([literal for literal, _ in items], [mib for _, mib in items])
+    cp.add(terms <= 0).with_name(f"headroom[{name}]")
 
 
 TECHNIQUES = ()

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
+from vramopt.constraints.key_domain import KeyDomain, KeyRequest
 from vramopt.constraints.serving_layout import serving_layout_invalid_reasons, vllm_pipeline_parallel, vllm_replicas, vllm_tensor_parallel
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_bool, parse_int
 from vramopt.costs.activations import layer_bytes
@@ -62,6 +63,45 @@ def gpu_counts(max_gpus: int, gpus_per_node: int, whole_nodes: bool) -> tuple[in
 def _tensor_parallel_values(context: DomainContext) -> tuple[int, ...]:
     limit = context.max_gpus if context.allow_tp_across_nodes else min(context.gpus_per_node, context.max_gpus)
     return powers_of_two_up_to(limit)
+
+
+# ---------------------------------------------------------------------------------------
+# Key enumeration (optimizer/keys.py): each layout field's candidates and rules
+
+
+def _gpu_count_candidates(request: KeyRequest) -> tuple[int, ...]:
+    """The counts a layout's world size must be one of, in tie-break order."""
+    space = request.space
+    counts = request.resolve("gpus", gpu_counts(space.max_gpus, request.gpu.node.gpus_per_node, space.whole_nodes))
+    return tuple(count for count in counts if count <= space.max_gpus)
+
+
+def _tensor_parallel_candidates(request: KeyRequest) -> tuple[int, ...]:
+    """tp divides the attention heads and the KV heads divide it or it them (grouped-query
+    attention replicates KV heads), and stays in a node unless allowed across nodes."""
+    model, gpu = request.model, request.gpu
+    return tuple(t for t in request.resolve("tensor_parallel")
+                 if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
+                 and (t <= gpu.node.gpus_per_node or request.space.allow_tp_across_nodes))
+
+
+def _data_parallel_candidates(request: KeyRequest) -> tuple[int, ...]:
+    """The divisors of the global batch the user's choices leave (dp is enumerated and the
+    GPU count computed: a million-GPU space has few dp values and many counts)."""
+    allowed = request.resolve("data_parallel", default=(None,))
+    forbidden = request.forbidden("data_parallel")
+    return tuple(dp for dp in divisors(request.workload.global_batch)
+                 if (None in allowed or dp in allowed) and dp not in forbidden)
+
+
+GPUS_KEY = KeyDomain(
+    values=_gpu_count_candidates,
+    derive=lambda rows: ParallelLayout.from_columns(rows).world_size,
+    derive_reads=tuple(ParallelLayout.__dataclass_fields__),  # every degree the layout knows
+)
+TENSOR_PARALLEL_KEY = KeyDomain(values=_tensor_parallel_candidates)
+PIPELINE_PARALLEL_KEY = KeyDomain(values=lambda request: request.resolve("pipeline_parallel"))
+DATA_PARALLEL_KEY = KeyDomain(values=_data_parallel_candidates)
 
 
 # ---------------------------------------------------------------------------------------
@@ -265,6 +305,7 @@ GPUS = Technique(
         sources=("DeepSpeed launcher: --num_nodes, --num_gpus (docs/_tutorials/getting-started.md)",
                  "vLLM vllm/engine/arg_utils.py: data_parallel_size, tensor_parallel_size, pipeline_parallel_size"),
     ),
+    key_domain=GPUS_KEY,
 )
 
 TENSOR_PARALLEL = Technique(
@@ -290,6 +331,7 @@ TENSOR_PARALLEL = Technique(
         serving_validity=serving_layout_invalid_reasons,
         sources=(f"Shoeybi et al. 2019, Megatron-LM, section 3; {NARAYANAN}, section 2.3 and takeaway 1",),
     ),
+    key_domain=TENSOR_PARALLEL_KEY,
 )
 
 PIPELINE_PARALLEL = Technique(
@@ -318,6 +360,7 @@ PIPELINE_PARALLEL = Technique(
         sources=(f"{NARAYANAN}, section 2.2.1 (1F1B: min(p, m) micro-batches in flight, bubble (p - 1) / m)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)"),
     ),
+    key_domain=PIPELINE_PARALLEL_KEY,
 )
 
 DATA_PARALLEL = Technique(
@@ -343,6 +386,7 @@ DATA_PARALLEL = Technique(
                  "deepspeed": Export(apply=_data_parallel_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
         sources=("PyTorch DistributedDataParallel; Rajbhandari et al. 2020, ZeRO, section 5 (states sharded over dp)",),
     ),
+    key_domain=DATA_PARALLEL_KEY,
 )
 
 SEQUENCE_PARALLEL = Technique(

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
+from vramopt.constraints.key_domain import KeyDomain
 from vramopt.costs.compute import slowest_stage_operator_seconds
 from vramopt.costs.pipeline_stages import (
     heaviest_weight_stage,
@@ -68,6 +69,18 @@ def key_splits(layers: int, pipeline_parallel: int, first_values, last_values, f
                 if (first, last) not in splits and is_valid_split(layers, pipeline_parallel, first, last):
                     splits.append((first, last))
     return tuple(split for split in splits if split[0] not in forbidden[0] and split[1] not in forbidden[1])
+
+
+def _key_splits_of(request, pipeline_parallel: int) -> tuple[tuple[int, int], ...]:
+    """The key enumeration's (first, last) pairs of one pipeline degree (``key_splits``)."""
+    named = [request.resolve(field) if request.named(field) else None for field in STAGE_FIELDS]
+    forbidden = tuple(request.forbidden(field) for field in STAGE_FIELDS)
+    return key_splits(request.model.layers, pipeline_parallel, named[0], named[1], forbidden)
+
+
+SPLITS_KEY = KeyDomain(values=_key_splits_of, after=("pipeline_parallel",), fields=STAGE_FIELDS)
+"""Both stage fields are one key choice, a pair per pipeline degree (a degree without one
+is no layout)."""
 
 
 def _phrase(field: str, label: str):
@@ -123,6 +136,7 @@ def _megatron(field: str, megatron_flag: str):
 
 
 def _technique(field: str, index: int, label: str, validity, memory, megatron_flag: str) -> Technique:
+    key_domain = SPLITS_KEY if index == 0 else KeyDomain(with_field=STAGE_FIELDS[0])
     return Technique(
         field=field,
         group="key",
@@ -157,6 +171,7 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
             },
             sources=(MEGATRON_SOURCE, LLAMA3_SOURCE, DEEPSPEED_SOURCE),
         ),
+        key_domain=key_domain,
     )
 
 

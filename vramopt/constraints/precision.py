@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules, no_term
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_choice
+from vramopt.constraints.key_domain import KeyDomain
 from vramopt.costs.communication import data_parallel_seconds_per_step
 from vramopt.costs.compute import peak_flops_per_s
 from vramopt.costs.operators import linear_peak
@@ -139,6 +140,8 @@ PRECISION = Technique(
         sources=("Micikevicius et al. 2018, Mixed Precision Training; Micikevicius et al. 2022, FP8 Formats for Deep Learning",
                  "GPU datasheets: dense tensor-core peak per precision (hardware/gpus/*.toml)"),
     ),
+    key_domain=KeyDomain(values=lambda request: tuple(
+        name for name in sorted(request.resolve("precision"), key=PREFERENCE.index) if request.gpu.supports(name))),
 )
 
 SAME_AS_PRECISION = "same"

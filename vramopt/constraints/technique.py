@@ -142,6 +142,10 @@ class Technique:
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); every registered technique has one
     (``registry.NOT_MIGRATED`` is empty)."""
+    key_domain: Any = None
+    """For a key technique: how the key enumeration generates its field
+    (``constraints/key_domain.KeyDomain``: candidates, rules on the layout); None for the GPU
+    type, the enumeration's outer loop, and for the other groups."""
 
     def preference(self, value: Any, domain: Sequence) -> int:
         """Fixed tie-break order: the position in the domain's declared order."""

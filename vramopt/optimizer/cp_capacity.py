@@ -3,6 +3,8 @@ capacity rules they must keep. One function per constraint family."""
 
 from __future__ import annotations
 
+from ortools.sat.python import cp_model
+
 from vramopt.constraints.headroom import encode_memory_budget
 from vramopt.optimizer.cp_variables import CpVariables
 
@@ -10,11 +12,11 @@ from vramopt.optimizer.cp_variables import CpVariables
 def add_one_plan(variables: CpVariables) -> None:
     """Exactly one key; for it, exactly one state item and one activation item (each
     group's items sum to their key's literal, so an unused key has none)."""
-    cp = variables.cp
+    cp, total = variables.cp, cp_model.LinearExpr.sum
     for key, literal in variables.key_literals.items():
         states, activations = variables.items_of_key[key]
-        cp.add(sum(state for _, state in states) == literal)
-        cp.add(sum(activation for _, activation in activations) == literal)
+        cp.add(total([state for _, state in states]) == literal)
+        cp.add(total([activation for _, activation in activations]) == literal)
     cp.add_exactly_one(list(variables.key_literals.values()))
 
 
@@ -22,14 +24,15 @@ def add_memory_headroom(variables: CpVariables) -> None:
     """Per key: state + activation memory within the GPU's budget after headroom and the
     key's constant terms (constraints/headroom.py)."""
     problem = variables.problem
+    state_mib, activation_mib, budget_mib = problem.state.memory_mib, problem.activation.memory_mib, problem.budget_mib
     for key, literal in variables.key_literals.items():
         states, activations = variables.items_of_key[key]
         encode_memory_budget(
             variables.cp,
             literal,
-            [(state, int(problem.state.memory_mib[key, item])) for item, state in states],
-            [(activation, int(problem.activation.memory_mib[key, item])) for item, activation in activations],
-            int(problem.budget_mib[key]),
+            [(state, mib) for (_, state), mib in zip(states, state_mib[key, [item for item, _ in states]].tolist())],
+            [(activation, mib) for (_, activation), mib in zip(activations, activation_mib[key, [item for item, _ in activations]].tolist())],
+            int(budget_mib[key]),
             name=str(key),
         )
 

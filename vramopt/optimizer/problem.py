@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from vramopt.constraints import registry
-from vramopt.constraints.parallelism import divisors, gpu_counts
-from vramopt.constraints.pipeline_stages import STAGE_FIELDS, key_splits
-from vramopt.constraints.precision import PREFERENCE
+from vramopt.constraints.key_domain import KeyRequest
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.pipeline_stages import divides_every_stage
-from vramopt.costs.context_parallel import whole_tile_chunks
-from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
@@ -36,6 +33,8 @@ from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
+from vramopt.optimizer.grid_rules import KeyItemGrid
+from vramopt.optimizer.keys import training_keys
 from vramopt.optimizer.reductions import ServingReduction, TrainingReduction, reduction_for
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
 from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names callers import from here)
@@ -51,7 +50,6 @@ from vramopt.optimizer.tables import (  # noqa: F401 (re-exported: the names cal
     check_table_size,
     gpu_types,
 )
-from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import PRECISIONS, SearchSpace, TrainingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
@@ -87,7 +85,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
 
     _check_named_precisions(gpus, choices)
     raise_on_empty_domain(model, workload, space, choices, gpus)
-    key_rows, contexts = [], []
+    key_parts, contexts = [], []
     for gpu_index, gpu in enumerate(gpus):
         context = DomainContext(
             layers=model.layers,
@@ -102,10 +100,11 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
             experts=model.moe.experts if model.moe is not None else 0,
         )
         contexts.append(context)
-        key_rows.extend(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
-    if not key_rows:
+        key_parts.append(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
+    keys = {name: np.concatenate([part[name] for part in key_parts]) for name in ("gpu_index",) + KEY_COLUMNS}
+    key_count = len(keys["gpu_index"])
+    if not key_count:
         raise InputError(_no_layout_message(model, workload, space, choices))
-    keys = {name: np.array([row[index] for row in key_rows], dtype=np.int64) for index, name in enumerate(("gpu_index",) + KEY_COLUMNS)}
 
     # Every GPU type's items, once (in GPU name order, so the --gpu order changes nothing).
     by_name = [contexts[index] for index in sorted(range(len(gpus)), key=lambda index: gpus[index].name)]
@@ -114,7 +113,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
     if not state_values or not activation_values:
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
-    check_table_size(len(key_rows), max(len(state_values), len(activation_values)), "training")
+    check_table_size(key_count, max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
     _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
@@ -158,71 +157,12 @@ def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
     raise_on_empty_domain(model, workload, space, choices, gpus)
 
 
-def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> list[tuple]:
-    counts = domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes))
-    counts = [count for count in counts if count <= space.max_gpus]
-    tensor = domain("tensor_parallel", context, choices)
-    context_degrees = [cp for cp in domain("context_parallel", context, choices) if whole_tile_chunks(workload.seq_len, cp)]
-    experts = model.moe.experts if model.moe is not None else 1
-    expert_degrees = [ep for ep in domain("expert_parallel", context, choices) if experts % ep == 0 and (ep == 1 or model.moe)]
-    expert_tensor_codes = domain("expert_tensor_parallel", context, choices)
-    # Unless the user names etp, whole experts (etp 1) are searched with expert parallelism
-    # only: at ep 1 they would replicate every expert over tp (constraints/expert_parallel.py).
-    etp_named = any("expert_tensor_parallel" in choices[kind] for kind in ("pin", "allow"))
-    pipeline = domain("pipeline_parallel", context, choices)
-    # The stage layer counts the user named (None: each degree's default splits), and forbids.
-    first_layers, last_layers = (domain(field, context, choices) if field in choices["pin"] or field in choices["allow"] else None
-                                 for field in STAGE_FIELDS)
-    forbidden_layers = tuple(choices["forbid"].get(field, ()) for field in STAGE_FIELDS)
-    precisions = sorted(domain("precision", context, choices), key=PREFERENCE.index)
-    micro_batches = domain("micro_batch", context, choices)
-    data_parallel_allowed = domain("data_parallel", context, choices, default=(None,))
-    # A layout is gpus = tp x cp x pp x dp with dp dividing the global batch: enumerate those
-    # products (not every count x tp x pp, which is minutes for a million-GPU space), then
-    # put them back in the fixed order (count, then tp, cp, pp, in their domains' order).
-    position = {count: index for index, count in enumerate(counts)}
-    data_parallel_forbidden = choices["forbid"].get("data_parallel", ())
-    data_parallel = [dp for dp in divisors(workload.global_batch)
-                     if (None in data_parallel_allowed or dp in data_parallel_allowed) and dp not in data_parallel_forbidden]
-    layouts = []
-    for (t_index, t), (c_index, cp), (p_index, p) in itertools.product(
-        enumerate(tensor), enumerate(context_degrees), enumerate(pipeline)
-    ):
-        splits = key_splits(model.layers, p, first_layers, last_layers, forbidden_layers)  # even, or uneven first/last stages
-        if model.heads % t != 0 or not splits:
-            continue
-        if not ((model.kv_heads % t == 0) or (t % model.kv_heads == 0)):
-            continue
-        if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
-            continue
-        for dp in data_parallel:
-            layout = ParallelLayout(tensor_parallel=t, context_parallel=cp, pipeline_parallel=p, data_parallel=dp)
-            count = layout.world_size
-            if count in position:
-                # ep x etp refold tp x cp x dp (costs/expert_parallel.py); an etp code that
-                # resolves to another code's degree (1 = tp at tp 1) is the same layout, kept once.
-                for e_index, ep in enumerate(expert_degrees):
-                    seen_etp = set()
-                    for x_index, etp_code in enumerate(expert_tensor_codes):
-                        etp = etp_code or t
-                        if etp in seen_etp or layout.stage_gpus % (ep * etp) != 0 or (etp != t and not model.moe):
-                            continue
-                        if not etp_named and ep == 1 and etp != t:
-                            continue
-                        seen_etp.add(etp)
-                        for s_index, (first, last) in enumerate(splits):
-                            layouts.append((position[count], t_index, c_index, e_index, x_index, p_index, s_index,
-                                            count, t, cp, p, dp, ep, etp_code, first, last))
-    layouts.sort()
-    rows = []
-    for *_, count, t, cp, p, dp, ep, etp_code, first, last in layouts:
-        for precision in precisions:
-            if not gpu.supports(precision):
-                continue
-            for b in micro_batches:
-                if (workload.global_batch // dp) % b == 0:
-                    rows.append((gpu_index, count, t, p, dp, PRECISIONS.index(precision), b, cp, ep, etp_code, first, last))
-    return rows
+def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> dict[str, np.ndarray]:
+    """One GPU type's key columns, generated from the key techniques' ``KeyDomain`` s
+    (``optimizer/keys.py``)."""
+    request = KeyRequest(gpu=gpu, model=model, workload=workload, space=space, context=context, choices=choices,
+                         resolve=lambda field, default=None: domain(field, context, choices, default))
+    return training_keys(request, gpu_index)
 
 
 def _check_named_precisions(gpus, choices) -> None:
@@ -262,9 +202,13 @@ def _empty_fields(context, choices) -> str:
 
 
 def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> tuple[np.ndarray, ItemTable]:
-    """Evaluate every key x item of one group with the other group held at a neutral item."""
+    """Evaluate every key x item of one group with the other group held at a neutral item.
+
+    The rules are evaluated per distinct combination of the columns each reads
+    (``optimizer/grid_rules.py``), and the cost model on the well-formed rows only, whose
+    columns are gathered from the per-key and per-item codes (most activation items are
+    malformed for most keys: sequence parallelism without tp, interleaving without pp)."""
     key_count, item_count = len(keys["gpus"]), len(items)
-    codes = {name: np.repeat(keys[name], item_count) for name in KEY_COLUMNS}
     item_codes: dict[str, list[int]] = {}
     for item in items:
         merged: dict[str, int] = {}
@@ -272,40 +216,36 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
             merged.update(registry.technique(field_name).columns(value))
         for name, code in merged.items():
             item_codes.setdefault(name, []).append(code)
-    for name, values in item_codes.items():
-        codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
+    per_item = {name: np.array(values, dtype=np.int64) for name, values in item_codes.items()}
+    per_key = {name: keys[name] for name in KEY_COLUMNS if name not in per_item}
     neutral = neutral_codes(registry.ACTIVATION_FIELDS if group == "state" else registry.STATE_FIELDS)
-    for name, code in neutral.items():
-        codes.setdefault(name, np.full(key_count * item_count, code, dtype=np.int64))
-    if "grad_comm_precision" not in codes:
-        codes["grad_comm_precision"] = codes["precision"]
+    constant_codes = {name: code for name, code in neutral.items() if name not in per_item and name not in per_key}
+    if "grad_comm_precision" not in per_item and "grad_comm_precision" not in constant_codes:
+        per_key["grad_comm_precision"] = per_key["precision"]
 
-    gpu_index = np.repeat(keys["gpu_index"], item_count)
-    memory = np.zeros(key_count * item_count)
-    seconds = np.zeros(key_count * item_count)
-    constant = np.zeros(key_count * item_count)
-    valid = np.ones(key_count * item_count, dtype=bool)
-    valid[:] = False
+    shape = (key_count, item_count)
+    # Flat (key-major) arrays, written through flat row indices: a 2-D fancy assignment costs more.
+    memory, seconds, constant = np.zeros(key_count * item_count), np.zeros(key_count * item_count), np.zeros(key_count * item_count)
+    valid = np.zeros(key_count * item_count, dtype=bool)
     for index, case in enumerate(cases):
-        rows = np.flatnonzero(gpu_index == index)
-        if rows.size == 0:
+        key_rows = np.flatnonzero(keys["gpu_index"] == index)
+        if key_rows.size == 0:
             continue
-        # One GPU type holds every row: read the columns as they are (a copy of each costs
-        # ~0.1 s on a 2t table of 1.8M rows).
-        every_row = rows.size == gpu_index.size
-        columns = PlanColumns(**{name: codes[name] if every_row else codes[name][rows] for name in PlanColumns.__dataclass_fields__})
-        well_formed = np.ones(rows.size, dtype=bool)
-        for mask in invalid_reasons(case, columns).values():
-            well_formed &= ~np.asarray(mask, dtype=bool)
-        for mask in refused_masks(framework, columns, group).values():  # rules of the key and this group only
-            well_formed &= ~mask
-        # Evaluate only well-formed rows: most activation items are malformed for most keys
-        # (sequence parallelism without tp, interleaving without pp).
-        rows = rows[well_formed]
-        if rows.size == 0:
+        # One GPU type holds every key: read the codes as they are.
+        type_keys = per_key if key_rows.size == key_count else {name: values[key_rows] for name, values in per_key.items()}
+        grid = KeyItemGrid(key_rows.size, item_count, type_keys, per_item, constant_codes)
+        broken = np.zeros((key_rows.size, item_count), dtype=bool)
+        for technique in registry.training_techniques():  # constraints/validity.training_invalid_reasons, rule by rule
+            broken |= grid.broken(partial(technique.contribution.validity, case))
+        broken |= grid.broken(lambda columns: refused_masks(framework, columns, group))  # rules of the key and this group only
+        key_of_row, item_of_row = np.nonzero(~broken)
+        if key_of_row.size == 0:
             continue
-        columns = PlanColumns(**{name: codes[name][rows] for name in PlanColumns.__dataclass_fields__})
-        values = evaluate_training(case, columns)
+        gathered = {name: values[key_of_row] for name, values in type_keys.items()}
+        gathered.update({name: values[item_of_row] for name, values in per_item.items()})
+        gathered.update({name: np.full(key_of_row.size, code, dtype=np.int64) for name, code in constant_codes.items()})
+        values = evaluate_training(case, PlanColumns(**{name: gathered[name] for name in PlanColumns.__dataclass_fields__}))
+        rows = key_rows[key_of_row] * item_count + item_of_row
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
             seconds[rows] = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
@@ -313,28 +253,30 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         else:
             memory[rows] = values["activations_bytes"]
             seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
-            ok = np.ones(rows.size, dtype=bool)
+            ok = np.ones(key_of_row.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])
+    grid = KeyItemGrid(key_count, item_count, per_key, per_item, constant_codes)
+    memory, seconds, constant, valid = (values.reshape(shape) for values in (memory, seconds, constant, valid))
     if group == "state":
-        forbidden = choices["forbid"].get("grad_comm_precision", ())
-        for name in forbidden:
-            valid &= codes["grad_comm_precision"] != PRECISIONS.index(name)
+        forbidden = [PRECISIONS.index(name) for name in choices["forbid"].get("grad_comm_precision", ())]
+        if forbidden:
+            valid &= ~grid.broken(lambda columns: {"forbidden": np.isin(columns.grad_comm_precision, forbidden)})
     else:
-        every = codes["checkpoint_every"]
-        valid &= (every == 0) | divides_every_stage(  # every:k divides each stage's layers (costs/pipeline_stages.py)
-            cases[0].model.layers, codes["pipeline_parallel"], codes["first_stage_layers"], codes["last_stage_layers"], every)
-    shape = (key_count, item_count)
+        layers = cases[0].model.layers
+        valid &= ~grid.broken(lambda columns: {  # every:k divides each stage's layers (costs/pipeline_stages.py)
+            "every": (columns.checkpoint_every != 0) & ~divides_every_stage(
+                layers, columns.pipeline_parallel, columns.first_stage_layers, columns.last_stage_layers, columns.checkpoint_every)})
     table = ItemTable(
         values=tuple(items),
-        valid=valid.reshape(shape),
-        memory_mib=mib_ceil_array(memory).reshape(shape),
+        valid=valid,
+        memory_mib=mib_ceil_array(memory),
         time_ticks=np.zeros(shape, dtype=np.int64),
-        memory_bytes=memory.reshape(shape),
-        time_s=seconds.reshape(shape),
+        memory_bytes=memory,
+        time_s=seconds,
     )
     # logits + reserve depend on the key only; rows left unevaluated hold 0.
-    return constant.reshape(shape).max(axis=1), table
+    return constant.max(axis=1), table
 
 
 def _tick(state: ItemTable, activation: ItemTable) -> float:

@@ -53,6 +53,59 @@ def build_model(problem: Problem, reduced) -> CpVariables:
     return model
 
 
+INCUMBENT_BOUNDED = ("throughput", "per-gpu")
+"""Objectives whose only constraints are the plan's and the memory's, which the pruning's
+greedy plan keeps: its value bounds the optimum (min-gpus' target and the cost objectives'
+deadlines are constraints it is not checked against here)."""
+
+
+def hint_value(model: CpVariables, hint) -> int | None:
+    """The current objective's value at the pruning's greedy plan (None without one)."""
+    if hint is None:
+        return None
+    key, state, activation = hint
+    literals = (model.key_literals.get(key), model.state_literals.get((key, state)), model.activation_literals.get((key, activation)))
+    if any(literal is None for literal in literals):
+        return None
+    objective = model.cp.proto.objective
+    coefficient = dict(zip(objective.vars, objective.coeffs))
+    return int(objective.offset) + sum(coefficient.get(literal.index, 0) for literal in literals)
+
+
+def fix_unreachable(model: CpVariables, value: int) -> None:
+    """Fix to 0 every literal that is in no plan reaching the stage's optimum ``value``.
+
+    A plan sets one key literal and one state and one activation literal of that key
+    (cp_capacity.add_one_plan), so the least the objective (read back from the proto) takes
+    through a literal is its coefficient plus the least coefficients of the plan's other two
+    groups; above ``value``, the literal is 0 in every solution of the later stages (bound
+    fixing: exact, and it leaves the tie-break stages only the plans of the optimum)."""
+    objective = model.cp.proto.objective
+    coefficient = dict(zip(objective.vars, objective.coeffs))
+    literals = {literal.index for literal in model.all_literals()}
+    if not coefficient.keys() <= literals:
+        return  # an objective over other variables (or negated literals): no bound from the groups alone
+    reachable = value - int(objective.offset)
+    variables = model.cp.proto.variables
+    for key, literal in model.key_literals.items():
+        states, activations = model.items_of_key[key]
+        key_part = coefficient.get(literal.index, 0)
+        state_parts = [coefficient.get(state.index, 0) for _, state in states]
+        activation_parts = [coefficient.get(activation.index, 0) for _, activation in activations]
+        least_state, least_activation = min(state_parts, default=0), min(activation_parts, default=0)
+        unreachable = []
+        if key_part + least_state + least_activation > reachable:
+            unreachable = [literal] + [state for _, state in states] + [activation for _, activation in activations]
+        else:
+            unreachable = [state for (_, state), part in zip(states, state_parts) if key_part + part + least_activation > reachable]
+            unreachable += [activation for (_, activation), part in zip(activations, activation_parts)
+                            if key_part + least_state + part > reachable]
+        for fixed in unreachable:
+            domain = variables[fixed.index].domain
+            domain.clear()
+            domain.extend([0, 0])
+
+
 def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     started = time.perf_counter()
     reduced = reduce(problem)
@@ -79,6 +132,10 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
             status = "feasible" if status == "optimal" else status
             break
         model.cp.minimize(expression)
+        if index == 0 and problem.space.objective in INCUMBENT_BOUNDED:
+            incumbent = hint_value(model, reduced.hint)
+            if incumbent is not None:
+                fix_unreachable(model, incumbent)
         solver.parameters.max_time_in_seconds = remaining
         result = run_solver(solver, model.cp)  # raises Interrupted rather than report a stopped search
         if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -96,6 +153,8 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
         choice = Choice(key, state, activation, objective_of(problem, key, state, activation))
         # Fix this stage's optimum, then hint the solution for the next stage.
         model.cp.add(expression == value)
+        if index + 1 < len(stages):
+            fix_unreachable(model, value)
         model.hint_solution(solver)
         if result == cp_model.FEASIBLE:
             break

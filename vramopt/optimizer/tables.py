@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from vramopt.constraints import registry
+from vramopt.costs.columns import PlanColumns
 from vramopt.costs.inference import QUANTIZATIONS
 from vramopt.errors import InputError
 from vramopt.estimate import check_headroom
@@ -46,9 +48,10 @@ MAX_WORKERS = 64
 
 
 
-KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "precision", "micro_batch", "context_parallel",
-               "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers")
-"""A training key's columns (the serving keys are ``serving_problem.SERVING_KEY_COLUMNS``)."""
+KEY_COLUMNS = tuple(name for name in PlanColumns.__dataclass_fields__ if name in registry.KEY_FIELDS)
+"""A training key's columns: the key fields' columns, in ``PlanColumns``' order (which is also
+the order of the runner-ups' differences); the serving keys are
+``serving_problem.SERVING_KEY_COLUMNS``."""
 
 
 @dataclass(frozen=True, slots=True)
