@@ -11,7 +11,7 @@ technique is registered without one outside the list of those not migrated yet.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 EXPORTERS = ("deepspeed", "vllm", "megatron", "torchtitan")
@@ -102,6 +102,10 @@ class Contribution:
     serving_validity: Callable[[Any, Any], Mapping[str, Any]] | None = None
     """For a technique of training and serving plans (gpu, gpus, tp, pp): its rules on a
     serving plan, (ServingCase, ServingColumns) -> {message: mask}; None elsewhere."""
+    framework_rules: Mapping[str, tuple] = field(default_factory=dict)
+    """Framework name -> the ``frameworks.rule.Rule``s of that framework that refuse some of
+    the technique's values (a technique only Megatron-LM runs declares DeepSpeed's and
+    torchtitan's refusals here, each citing the framework's file and release)."""
     gain: Gain | None = None
     """What its chosen value buys, for the solve response and the why line (None: nothing
     beyond the plan's own figures)."""

@@ -44,8 +44,8 @@ ARGUMENT_ORDER = (
     "--attention-backend",
 )
 """The order the arguments are written in: each technique's Megatron export
-(``Contribution.exports['megatron']``) writes its own, in any order; a flag missing here is
-an internal error (tests/unit/test_megatron_export.py runs every technique's export)."""
+(``Contribution.exports['megatron']``) writes its own, in any order; a flag not listed here
+comes after the listed ones, in plan order."""
 
 
 class MegatronExport(ExportResult):
@@ -95,15 +95,17 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
 
 
 def _ordered(written: Mapping[str, list[str]], model_arguments: list[str]) -> list[str]:
-    unknown = [flag for flag in written if flag not in ARGUMENT_ORDER]
-    if unknown:
-        raise VramoptError(f"internal error: Megatron argument {unknown[0]} has no place in ARGUMENT_ORDER")
+    """The arguments in ``ARGUMENT_ORDER``, then any flag it does not list in the order the
+    techniques wrote them (plan order): a new technique's flag needs no edit here."""
     arguments: list[str] = []
     for flag in ARGUMENT_ORDER:
         if flag == MODEL_ARGUMENTS:
             arguments += model_arguments
         elif flag in written:
             arguments += [flag, *written[flag]]
+    for flag, values in written.items():
+        if flag not in ARGUMENT_ORDER:
+            arguments += [flag, *values]
     return arguments
 
 

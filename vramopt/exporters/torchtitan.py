@@ -56,15 +56,15 @@ ARGUMENT_ORDER = (
     "activation-checkpoint:none", "activation-checkpoint:full", "activation-checkpoint:selective",
 )
 """The order the overrides are written in: each technique's torchtitan export
-(``Contribution.exports['torchtitan']``) writes its own; a flag missing here is an internal
-error."""
+(``Contribution.exports['torchtitan']``) writes its own; a flag not listed here comes after
+the listed ones, in plan order."""
 
 
 def _ordered(written: Mapping[str, list[str]]) -> list[str]:
-    unknown = [flag for flag in written if flag not in ARGUMENT_ORDER]
-    if unknown:
-        raise VramoptError(f"internal error: torchtitan argument {unknown[0]} has no place in ARGUMENT_ORDER")
-    return [token for flag in ARGUMENT_ORDER if flag in written for token in (flag, *written[flag])]
+    """The overrides in ``ARGUMENT_ORDER``, then any flag it does not list in the order the
+    techniques wrote them (plan order): a new technique's flag needs no edit here."""
+    known = [token for flag in ARGUMENT_ORDER if flag in written for token in (flag, *written[flag])]
+    return known + [token for flag, values in written.items() if flag not in ARGUMENT_ORDER for token in (flag, *values)]
 
 
 def _no_setting(name: str) -> Any:

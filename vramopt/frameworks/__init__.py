@@ -24,7 +24,6 @@ from vramopt.frameworks.megatron import MEGATRON
 from vramopt.frameworks.rule import Framework, Rule
 from vramopt.frameworks.torchtitan import DEFAULT_ALLOW as TORCHTITAN_DEFAULT_ALLOW
 from vramopt.frameworks.torchtitan import TORCHTITAN
-from vramopt.types import PRECISIONS
 
 FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (GENERIC, DEEPSPEED, MEGATRON, TORCHTITAN)}
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
@@ -99,7 +98,7 @@ def space_for_framework(space) -> Any:
 
 
 def _check_pins(framework: Framework, space) -> None:
-    if not framework.rules or not space.pin:
+    if not framework.all_rules or not space.pin:
         return
     from vramopt.constraints import registry
     from vramopt.optimizer.domains import parsed_user_choices

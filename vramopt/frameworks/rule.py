@@ -81,12 +81,23 @@ class Framework:
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = ()
 
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        """The framework module's rules, then those a technique declares about this framework
+        (``Contribution.framework_rules``: a technique the framework cannot run says so in its
+        own module)."""
+        from vramopt.constraints import registry
+
+        declared = tuple(rule for technique in registry.training_techniques()
+                         for rule in technique.contribution.framework_rules.get(self.name, ()))
+        return self.rules + declared
+
     def refused(self, columns: PlanColumns, groups: tuple[str, ...] = RULE_GROUPS, enforced_only: bool = False) -> dict[str, np.ndarray]:
         """{message (source): mask} of the rules of ``groups`` over ``columns`` (only those
         the framework's code raises on, with ``enforced_only``)."""
         size = len(columns)
         return {
             f"{rule.message} ({rule.source})": np.broadcast_to(np.asarray(rule.refuses(columns), dtype=bool), (size,))
-            for rule in self.rules
+            for rule in self.all_rules
             if rule.group in groups and (rule.enforced or not enforced_only)
         }
