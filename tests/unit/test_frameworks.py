@@ -21,7 +21,7 @@ RANGES = {
     "grad_comm_precision": (0, 4), "optimizer": (0, 3), "checkpoint_kind": (0, 2), "checkpoint_every": (0, 4),
     "flash_attention": (0, 1), "sequence_parallel": (0, 1), "virtual_stages": (1, 4),
     "expert_parallel": (1, 8), "expert_tensor_parallel": (0, 8),
-    "first_stage_layers": (0, 4), "last_stage_layers": (0, 4),
+    "first_stage_layers": (0, 4), "last_stage_layers": (0, 4), "expert_comm_overlap": (0, 1),
 }
 
 

@@ -81,6 +81,7 @@ def activation_choices(draw, key):
         flash_attention=draw(st.sampled_from((0, 1))),
         sequence_parallel=draw(st.sampled_from((0, 1))) if key["tp"] > 1 else 0,
         virtual_stages=draw(st.sampled_from(virtual)),
+        expert_comm_overlap=draw(st.sampled_from((0, 1))) if key["ep"] > 1 else 0,
     )
 
 
@@ -153,7 +154,7 @@ def test_constraints_registry_agrees_on_the_split():
     from vramopt.constraints import registry  # the project's own module: a failed import is a failure, not a skip
 
     assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
-    assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages"}
+    assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages", "expert_comm_overlap"}
     assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel",
                                         "expert_tensor_parallel", "pipeline_parallel", "first_stage_layers", "last_stage_layers",
                                         "data_parallel", "precision", "micro_batch"}

@@ -11,6 +11,7 @@ from vramopt.constraints import (
     batching,
     checkpointing,
     context_parallel,
+    expert_overlap,
     expert_parallel,
     kv_cache,
     mig,
@@ -25,7 +26,7 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, offload, optimizer_format, checkpointing, attention, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, offload, optimizer_format, checkpointing, attention, expert_overlap, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
@@ -40,7 +41,8 @@ PLAN_ORDER = (
     "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
     "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel",
     "sequence_parallel", "virtual_stages", "zero_stage", "checkpointing", "precision", "grad_comm_precision",
-    "offload", "optimizer", "flash_attention", "seq_len", "micro_batch", "grad_accumulation", "global_batch",
+    "offload", "optimizer", "flash_attention", "expert_comm_overlap", "seq_len", "micro_batch", "grad_accumulation",
+    "global_batch",
 )
 """The training plan's fields in the order of the JSON contract's ``plan`` object, of the
 table display's phrases and of the exporters' notes: every training technique, and the
@@ -54,7 +56,7 @@ workload's batch (seq_len, global_batch) with the accumulation it implies."""
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
               "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "precision", "micro_batch")
 STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
-ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages")
+ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages", "expert_comm_overlap")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
 """Serving is not separable (the KV cache couples slots and dtype): all its non-key choices

@@ -46,6 +46,8 @@ class PlanColumns:
     """Layers of the first pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
     last_stage_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
+    expert_comm_overlap: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """1: the experts' all-to-all overlapped with another micro-batch (costs/expert_overlap.py)."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":

@@ -45,6 +45,7 @@ from vramopt.costs.memory import (
     sharded_parameters_per_gpu,
 )
 from vramopt.costs.offload import offload_seconds_per_step
+from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes
 from vramopt.costs.optimizer_step import optimizer_step_seconds
 from vramopt.costs.operators import eager_elementwise_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
@@ -109,6 +110,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
     rank_tokens = seq_len / columns.context_parallel
     memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
+    memory["activations_bytes"] = memory["activations_bytes"] + extra_activation_bytes(memory["activations_bytes"], columns, micro_batches)
     memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
@@ -140,6 +142,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     layout = ParallelLayout.from_columns(columns)
     slots = layout.pipeline_slots(micro_batches, columns.virtual_stages)
     expert = all_to_all_seconds_per_micro_batch(model, gpu, columns, seq_len)  # 0 without expert parallelism
+    expert = exposed_all_to_all_seconds(expert, compute_per_micro_batch, columns, micro_batches)  # combined 1F1B
     pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"] + expert) * slots
     data_parallel_total = data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
