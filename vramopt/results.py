@@ -340,6 +340,9 @@ class SolveResult:
     """For a plan that splits experts otherwise than the dense layers (ep > 1 or etp != tp):
     the same plan with ep 1 and etp = tp (memory, fit, speed-up; constraints/expert_parallel.
     expert_gain); the key appears in the response only then."""
+    disaggregation: Mapping[str, Any] | None = None
+    """Serving at a request rate: the best disaggregated prefill/decode plan and whether it
+    beats the colocated plan (optimizer/disaggregated_answer.py); the key appears only then."""
 
     @property
     def feasible(self) -> bool:
@@ -358,6 +361,8 @@ class SolveResult:
             body["optimizer_gain"] = dict(self.optimizer_gain)
         if self.expert_gain:
             body["expert_gain"] = dict(self.expert_gain)
+        if self.disaggregation is not None:
+            body["disaggregation"] = dict(self.disaggregation)
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -268,6 +268,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     from vramopt.errors import InputError
     from vramopt.types import MAX_COUNT
 
+    if getattr(workload, "disaggregation", "auto") not in ("auto", "off"):
+        raise InputError(f"disaggregation must be 'auto' or 'off', got {workload.disaggregation!r}")
     given = [name for name in REQUEST_FIELDS if getattr(workload, name) is not None]
     if not given:
         return None
