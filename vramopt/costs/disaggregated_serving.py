@@ -38,8 +38,9 @@ stay below 1 on both sides (the transfers' own queueing is not modelled).
 
 Decode replica (D of them, tp_d each, its slots and speculative decoding): steps of decodes
 only, at the fixed point ``T = step(lambda_d x output x T / E, 0)`` with lambda_d = rate / D
-(Little's law); TPOT = T / E. Its KV pool is sized as the colocated replica's: every slot at
-its request's actual length.
+(Little's law); TPOT = T / E; the p99 TPOT from the decodes a request shares its steps with
+(``costs/tpot_tail.py``, no prompt term). Its KV pool is sized as the colocated replica's:
+every slot at its request's actual length.
 
 TTFT = prefill wait + prefill + KV transfer + one decode step: the client's first token comes
 from the decode replica (vLLM's disaggregated-serving proxy streams the decode instance's
@@ -58,6 +59,7 @@ from vramopt.costs.communication import intra_node_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes_per_token
 from vramopt.costs.request_serving import RequestLoad, mix_contexts, ttft_points
 from vramopt.costs.serving_step import StepModel, step_inputs
+from vramopt.costs.tpot_tail import p99_step
 
 PREFILL_STEPS_HELD = 2
 """Full prefill steps of prompts a prefill replica's KV pool holds (assumption above)."""
@@ -131,7 +133,9 @@ def decode_figures(case, columns, values, replicas, rate_per_s: float) -> dict[s
     with np.errstate(divide="ignore", invalid="ignore"):
         capacity = replicas * batch * emitted / load.output_tokens / saturation_step
     sustained = np.isfinite(step_s) & (running <= slots) & (running * model.verified <= budget) & (batch >= 1)
-    return {"decode_step_s": step_s, "tpot_s": step_s / emitted, "running_per_replica": running,
+    # No prompts in a decode step: only the decodes a request shares its steps with vary.
+    step_p99 = p99_step(model, arrivals, step_s, load.output_tokens / emitted, running, none, 0.0, 0.0)
+    return {"decode_step_s": step_s, "tpot_s": step_s / emitted, "tpot_p99_s": step_p99 / emitted, "running_per_replica": running,
             "capacity_requests_per_s": capacity, "sustained": sustained}
 
 
@@ -170,6 +174,7 @@ def combined_figures(load: RequestLoad, prefill: dict, decode: dict, transfer_s_
         "ttft_p99_s": np.where(served, prefill["prefill_tail_s"] + prefill["wait_tail_s"] + transfer_tail + decode["decode_step_s"], np.inf),
         "ttft_mean_s": np.where(served, prefill["prefill_mean_s"] + prefill["wait_mean_s"] + transfer_mean + decode["decode_step_s"], np.inf),
         "tpot_s": np.where(served, decode["tpot_s"], np.inf),
+        "tpot_p99_s": np.where(served, decode["tpot_p99_s"], np.inf),
         "transfer_s": transfer_mean,
         "capacity_requests_per_s": capacity,
         "capacity_tokens_per_s": capacity * load.output_tokens,

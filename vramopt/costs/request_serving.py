@@ -66,6 +66,7 @@ import numpy as np
 
 from vramopt.costs.row_groups import evaluate_once_per_row
 from vramopt.costs.serving_step import StepModel, affine_fixed_point, step_inputs
+from vramopt.costs.tpot_tail import p99_step
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,9 +152,13 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
                 """One prompt of ``length`` tokens in chunks of the room the decodes leave."""
                 return np.ceil(length / room) * model.step(running, np.minimum(length, room))
 
+            # The p99 over requests of their mean step (costs/tpot_tail.py): at a rate only.
+            step_p99 = (p99_step(model, part["arrivals"], step_s, load.output_tokens / part["emitted"], running,
+                                 part["arrivals"] * load.input_tokens * step_s, float(np.mean(lengths)), float(np.mean(lengths**2)))
+                        if load.rate_per_s is not None else np.full(np.shape(step_s), np.nan))
             return {"step_s": step_s, "running": running, "room": room, "prefill_s": prefill(float(load.input_tokens)),
                     "prefill_mean": np.mean([prefill(point) for point in points], axis=0), "prefill_tail": prefill(tail_input),
-                    "prompt_rate": room / model.step(running, room)}
+                    "prompt_rate": room / model.step(running, room), "step_p99": step_p99}
 
     if load.rate_per_s is not None:
         arrivals = load.rate_per_s / replicas
@@ -195,6 +200,7 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
         "prefill_alone_s": prefill_s,
         "prefill_tail_s": prefill_tail,
         "tpot_s": np.where(sustainable, tpot, np.inf),
+        "tpot_p99_s": np.where(sustainable, figures["step_p99"] / emitted, np.inf) if load.rate_per_s is not None else np.full(size, np.nan),
         "requests_per_s": np.where(sustainable, requests, 0.0),
         "output_tokens_per_s_at_load": np.where(sustainable, requests * load.output_tokens, 0.0),
         "running_per_replica": running,

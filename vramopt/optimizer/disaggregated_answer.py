@@ -96,6 +96,7 @@ def _requests(figures) -> dict[str, Any]:
     prefill, decode = figures["prefill"], figures["decode"]
     return {
         "ttft_p99_ms": _ms(figures["ttft_p99_s"]), "ttft_mean_ms": _ms(figures["ttft_mean_s"]), "tpot_ms": _ms(figures["tpot_s"]),
+        "tpot_p99_ms": _ms(figures["tpot_p99_s"]),
         "kv_transfer_ms": figures["transfer_s"] * 1e3, "kv_transfer_bytes_per_request": figures["transfer_bytes_per_request"],
         "inside_one_node": figures["inside_one_node"],
         "capacity_requests_per_s": figures["capacity_requests_per_s"], "capacity_output_tokens_per_s": figures["capacity_tokens_per_s"],
