@@ -6,7 +6,8 @@ Prints, for Llama 3.1 70B on H100 at 10 requests/s of 1,000 + 1,000 tokens (p99 
 2 s, mean TPOT 50 ms; the issue's must-show) at --max-gpus 8 and 64, and for the same load
 under max tokens/s and in closed loop: the table rows (keys x items), the time to build
 the tables, to solve without runner-ups, and the full solve (3 runner-ups, what the CLI
-runs), best of --repeats after one warm-up call. Then the time of the table's serving
+runs), best of --repeats after one warm-up call; of the full solve, the disaggregated
+prefill/decode search and comparison (disagg_s, where the tree has it). Then the time of the table's serving
 evaluation with the request figures shared across rows that only differ in what the step
 does not read (slots, paging) and computed on every row (``share_rows=False``), where the
 tree has that switch. The same script runs on an older tree (PYTHONPATH) for before/after.
@@ -77,11 +78,21 @@ def _table_evaluation_s(workload, space, repeats: int) -> tuple[float | None, fl
     return timings[0], timings[1]
 
 
+def _disaggregation_s(workload, space, result, repeats: int) -> float | None:
+    """Seconds of the disaggregated search and comparison inside the solve, or None where
+    the tree has none."""
+    try:
+        from vramopt.optimizer.disaggregated_answer import compare_disaggregated
+    except ImportError:
+        return None
+    return best_time(lambda: compare_disaggregated(workload, space, "cp-sat", result.estimate), repeats)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     arguments = parser.parse_args()
-    print(f"{'case':<22} {'rows':>8} {'build_s':>8} {'solve_s':>8} {'full_s':>7} {'eval_shared_s':>13} {'eval_all_s':>10}  plan")
+    print(f"{'case':<22} {'rows':>8} {'build_s':>8} {'solve_s':>8} {'full_s':>7} {'disagg_s':>8} {'eval_shared_s':>13} {'eval_all_s':>10}  plan")
     for label, load, limits in CASES:
         workload, space = ServingWorkload(**load), SearchSpace(gpus=("h100",), **limits)
         solve(workload, space)  # warm the catalogs, imports and OR-Tools
@@ -89,6 +100,7 @@ def main() -> None:
         solve_s, _ = best_time(lambda: solve(workload, space, runner_up_count=0), arguments.repeats)
         full_s, result = best_time(lambda: solve(workload, space), arguments.repeats)
         shared_s, every_s = _table_evaluation_s(workload, space, arguments.repeats)
+        disaggregated_s = _disaggregation_s(workload, space, result, arguments.repeats)
         plan = result.estimate.plan if result.estimate else None
         summary = (f"{plan.gpus}x tp{plan.tensor_parallel} pp{plan.pipeline_parallel} {plan.quantization} kv={plan.kv_cache_dtype} "
                    f"slots={plan.slots} p99 TTFT {result.estimate.values['ttft_p99_s'] * 1e3:.1f} ms "
@@ -96,7 +108,8 @@ def main() -> None:
         rows = problem.key_count * len(problem.state.values)
         shared = "-" if shared_s is None else f"{shared_s:.3f}"
         every = "-" if every_s is None else f"{every_s:.3f}"
-        print(f"{label:<22} {rows:>8,} {build_s:>8.3f} {solve_s:>8.3f} {full_s:>7.3f} {shared:>13} {every:>10}  {summary}")
+        disaggregated = "-" if disaggregated_s is None else f"{disaggregated_s:.3f}"
+        print(f"{label:<22} {rows:>8,} {build_s:>8.3f} {solve_s:>8.3f} {full_s:>7.3f} {disaggregated:>8} {shared:>13} {every:>10}  {summary}")
 
 
 if __name__ == "__main__":
