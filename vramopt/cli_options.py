@@ -17,7 +17,7 @@ from vramopt.errors import InputError
 from vramopt.hardware import load_gpu
 from vramopt.constraints.technique import REQUIRED
 from vramopt.plan_record import plan_techniques
-from vramopt.types import MAX_COUNT, PRECISIONS, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
+from vramopt.types import MAX_COUNT, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 DEFAULT_HEADROOM_FRACTION = 0.10
 """The seed's rule: keep at least 10% of each GPU's memory free."""
@@ -107,6 +107,8 @@ workload_options = apply_options(
                      help="infer: clients each keeping one request in flight (instead of --rate)."),
         click.option("--ttft-p99-ms", type=float, default=None, help="infer: bound on the p99 time to first token, ms."),
         click.option("--tpot-ms", type=float, default=None, help="infer: bound on the mean time per output token, ms."),
+        click.option("--disaggregation", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+                     help="infer: solve also searches disaggregated prefill/decode plans at a --rate (docs/serving.md)."),
         click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
                      help="lora/qlora: adapter rank (adapters on every linear layer)."),
         click.option("--seq-len", type=POSITIVE, default=4096, show_default=True, help="Tokens per sequence."),
@@ -178,6 +180,7 @@ SERVING_ONLY = {
     "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
     "speculative_decoding": "--speculative", "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
     "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
+    "disaggregation": "--disaggregation",
 }
 
 
@@ -247,6 +250,7 @@ def build_workload(options: Mapping[str, Any]):
             headroom_fraction=options["headroom"],
             min_slots=options["min_slots"],
             max_latency_ms=options["max_latency_ms"],
+            disaggregation=options.get("disaggregation") or "auto",
             **requests,
         )
     return TrainingWorkload(

@@ -35,6 +35,8 @@ def render_requests(result: Mapping[str, Any]) -> str:
         ["capacity: requests/s at saturation", f"{requests['capacity_requests_per_s']:,.2f}"],
         ["capacity: output tokens/s at saturation", f"{requests['capacity_output_tokens_per_s']:,.0f}"],
     ]
+    if requests["mode"] == "rate":  # the p99 over requests is modelled for Poisson arrivals only
+        rows.insert(5, ["time per output token, p99 over requests", _ms(requests["tpot_p99_ms"])])
     lines = [
         f"requests  {_lengths(requests)}; {load}",
         table(rows, ["per request", "value"]),
@@ -65,3 +67,33 @@ def request_goal(result: Mapping[str, Any]) -> str | None:
     targets = [f"p99 TTFT <= {requirements['ttft_p99_target_ms']:g} ms" for _ in [0] if requirements.get("ttft_p99_target_ms") is not None]
     targets += [f"mean TPOT <= {requirements['tpot_target_ms']:g} ms" for _ in [0] if requirements.get("tpot_target_ms") is not None]
     return f"the fewest GPUs serving {load}" + (f" with {' and '.join(targets)}" if targets else "")
+
+
+def render_disaggregation(result: Mapping[str, Any]) -> str | None:
+    """The best disaggregated prefill/decode plan beside the colocated one (solve only)."""
+    found = result.get("disaggregation")
+    if not found:
+        return None
+    lines = []
+    plan, requests = found["plan"], found["requests"]
+    if plan is not None:
+        where = "one node, KV over NVLink" if requests["inside_one_node"] else "across nodes, KV over the network"
+        lines.append(f"disaggregated  {plan['prefill_replicas']} prefill x tp{plan['prefill_tensor_parallel']} + {plan['decode_replicas']} "
+                     f"decode x tp{plan['decode_tensor_parallel']} on {plan['gpu']} ({plan['gpus']:,} GPUs, {where}); "
+                     f"{plan['quantization']} weights, {plan['kv_cache_dtype']} KV, {plan['decode_slots']:,} slots per decode replica"
+                     + ("; speculative decoding on the decode replicas" if plan["speculative_decoding"] else ""))
+        prefill, decode = requests["prefill"], requests["decode"]
+        rows = [
+            ["time to first token, p99", _ms(requests["ttft_p99_ms"])],
+            ["time to first token, mean", _ms(requests["ttft_mean_ms"])],
+            ["time per output token, mean (decodes only)", _ms(requests["tpot_ms"])],
+            ["time per output token, p99 over requests", _ms(requests["tpot_p99_ms"])],
+            [f"KV transfer of one prompt ({requests['kv_transfer_bytes_per_request'] / 1e6:,.0f} MB)", f"{requests['kv_transfer_ms']:,.2f} ms"],
+            ["prefill of one prompt (whole step budget)", f"{prefill['prefill_ms']:,.1f} ms"],
+            ["prefill replicas: utilization, p99 wait", f"{prefill['utilization']:.1%}, {_ms(prefill['wait_p99_ms'])}"],
+            ["sequences decoding per decode replica", f"{decode['running_per_replica']:,.1f}"],
+            ["capacity: output tokens/s at saturation", f"{requests['capacity_output_tokens_per_s']:,.0f}"],
+        ]
+        lines.append(table(rows, ["disaggregated plan", "value"]))
+    lines.append("answer    " + found["why"])
+    return "\n".join(lines)

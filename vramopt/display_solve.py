@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, on_off, percent, table
-from vramopt.display_requests import render_requests, request_goal
+from vramopt.display_requests import render_disaggregation, render_requests, request_goal
 from vramopt.constraints import registry
 from vramopt.display_training import _context_brief, render_training, technique_line
 
@@ -156,7 +156,11 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
             f"{'MIG instance' if result['plan']['mig_profile'] != 'none' else 'GPU'} free: {gb(memory['total_bytes'])} of "
             f"{gb(memory['capacity_bytes'])} GB used"
         )
-        return "\n".join([render_serving(result), "", why, render_solver(result["solver"]), "", render_runners_up(result)])
+        disaggregated = render_disaggregation(result)
+        if (result.get("disaggregation") or {}).get("chosen"):
+            why = why.replace("why       ", "why       disaggregated prefill/decode is the answer (above); the colocated plan shown is ", 1)
+        parts = [render_serving(result)] + (["", disaggregated] if disaggregated else [])
+        return "\n".join(parts + ["", why, render_solver(result["solver"]), "", render_runners_up(result)])
     why = (
         f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "

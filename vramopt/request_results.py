@@ -42,6 +42,7 @@ def requests_dict(values: Mapping[str, Any], load: RequestLoad) -> dict[str, Any
         "ttft_mean_ms": _ms(values["ttft_mean_s"]),
         "ttft_p99_ms": _ms(values["ttft_p99_s"]),
         "tpot_ms": _ms(values["tpot_s"]),
+        "tpot_p99_ms": _ms(values["tpot_p99_s"]),
         "prefill_ms": _ms(values["prefill_alone_s"]),
         "running_per_replica": float(values["running_per_replica"]),
         "prompt_tokens_per_step": float(values["prompt_tokens_per_step"]),

@@ -338,6 +338,9 @@ class SolveResult:
     fit, largest micro-batch, speed-up); for a plan that splits experts otherwise than the
     dense layers, ``expert_gain`` (the same plan with ep 1 and etp = tp). A key appears in
     the response only when its technique has something to say."""
+    disaggregation: Mapping[str, Any] | None = None
+    """Serving at a request rate: the best disaggregated prefill/decode plan and whether it
+    beats the colocated plan (optimizer/disaggregated_answer.py); the key appears only then."""
 
     @property
     def feasible(self) -> bool:
@@ -353,6 +356,8 @@ class SolveResult:
         body["explanation"] = self.explanation.to_dict() if self.explanation is not None else None
         body["offload_cost"] = dict(self.offload_cost) if self.offload_cost else None
         body.update({key: dict(gain) for key, gain in self.gains.items()})
+        if self.disaggregation is not None:
+            body["disaggregation"] = dict(self.disaggregation)
         return body
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -246,6 +246,9 @@ class ServingWorkload:
     """Bound on the 99th-percentile time to first token, milliseconds."""
     tpot_ms: float | None = None
     """Bound on the mean time per output token, milliseconds."""
+    disaggregation: str = "auto"
+    """'auto': solve also searches disaggregated prefill/decode plans (min-gpus and
+    throughput at a request rate; optimizer/disaggregated_answer.py); 'off': colocated only."""
     kind: str = "infer"
 
 

@@ -59,13 +59,14 @@ closed loop; this is the plan's capacity in output tokens/s and requests/s.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from vramopt.costs.gemm import TILE_M
+from vramopt.costs.row_groups import evaluate_once_per_row
+from vramopt.costs.serving_step import StepModel, affine_fixed_point, step_inputs
+from vramopt.costs.tpot_tail import p99_step
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,90 +91,29 @@ class RequestLoad:
     """Bound on the mean time per output token."""
 
 
-def _affine_fixed_point(groups):
-    """T* = step(T) for step(T) = sum over groups of max over (a, b) pieces of a + b T.
-
-    The sum of maxima is the maximum over one piece per group, so the fixed point is the
-    largest a / (1 - b) over those combinations; inf where a combination has b >= 1, even
-    with a = 0: the step always has a positive part (the weights), so a piece growing as
-    fast as T leaves no positive fixed point (no steady state: the replica falls behind)."""
-    best = None
-    for combination in itertools.product(*groups):
-        a = sum(piece[0] for piece in combination)
-        b = sum(piece[1] for piece in combination)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            point = np.where(b < 1.0, a / (1.0 - b), np.inf)
-        best = point if best is None else np.maximum(best, point)
-    return best
+_affine_fixed_point = affine_fixed_point
+"""Kept under its earlier name (the fixed point lives in costs/serving_step.py)."""
 
 
-def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
-    """The request-level figures of every plan row (``case.requests`` must be set)."""
+def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[str, np.ndarray]:
+    """The request-level figures of every plan row (``case.requests`` must be set).
+
+    The step times (saturation, the load's fixed point, prefills) are computed once per
+    distinct row of their inputs (``costs/row_groups.py``): they do not depend on the slots
+    or on paging, so a table of layouts x items shares them; ``share_rows=False`` computes
+    every row (the reference, tests/regression/test_serving_latency_answers.py)."""
     load: RequestLoad = case.requests
-    model = case.model
-    t = columns.tensor_parallel.astype(float)
+    size = len(columns)
     speculative = columns.speculative == 1
     gamma = float(case.speculative_tokens)
     alpha = case.acceptance_rate
     emitted = np.where(speculative, (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha), 1.0)
     verified = np.where(speculative, gamma + 1.0, 1.0)
-    bandwidth = values["hbm_bytes_per_s"]
-    weights_read = values["weights_read_bytes"]
-    kv_token = values["kv_read_bytes_per_token"]
-    link = values["link_bytes_per_s"]
     decode_context, prefill_context = mix_contexts(load)
-    # Operator terms (costs/serving_operators.py): GEMM seconds per token at the large-GEMM
-    # rate, the wave term of one step, the attention rate and the memory-bound kernels' bytes.
-    body, head, wave = values["gemm_body_s_per_token"], values["gemm_head_s_per_token"], values["gemm_wave_s"]
-    attention_rate = values["attention_flops_per_s"]
-    elementwise, logit_bytes = values["elementwise_bytes_per_token"], values["logit_bytes_per_token"]
-    attention = 4.0 * model.layers * model.heads * model.head_dim / t
-    latency = np.where(t > 1, 2.0 * model.layers * values["all_reduce_latency_s"], 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_token_comm = np.where(t > 1, 2.0 * model.layers * 2.0 * (t - 1.0) / t * model.hidden_size * 2.0 / link, 0.0)
-    draft_weights = values["draft_weights_read_bytes"]
-    draft_linear = (body + head) * case.draft_params_fraction
+    inputs = step_inputs(columns, values)
 
-    def pieces(decodes, prompt_tokens, constant):
-        """The step's operator groups as (a, b) pieces of a + b x scale: with ``constant`` 1
-        the pieces of one step (decodes and prompt_tokens are counts), with 0 the slopes of
-        a step whose counts grow as decodes x T and prompt_tokens x T (rates). Returns the
-        GEMM group twice, with the constant wave term and with the wave per token (steps
-        under TILE_M tokens; the step is the smaller of the two, costs/serving_operators.py),
-        and the other groups once."""
-        tokens = decodes * verified + prompt_tokens
-        # Logits: every verified decode token and the last token of each prompt.
-        logits = decodes * verified + prompt_tokens / load.input_tokens
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # The GEMMs: the weights streamed from HBM, or their FLOPs plus the wave term, whichever is longer.
-            streaming = (constant * weights_read / bandwidth, 0.0)
-            flops = tokens * body + logits * head
-            gemm_full_waves = [streaming, (constant * wave, flops)]
-            gemm_thin_waves = [streaming, (0.0, flops + tokens * wave / TILE_M)]
-            # Attention over the KV cache in use: its bytes or its FLOPs.
-            attention_group = [(0.0, (decodes * decode_context + prompt_tokens) * kv_token / bandwidth),
-                               (0.0, (decodes * verified * decode_context + prompt_tokens * prefill_context) * attention / attention_rate)]
-            # The memory-bound kernels and the tensor-parallel all-reduces: no other resource bounds them.
-            serial = [(constant * latency, tokens * per_token_comm + (tokens * elementwise + logits * logit_bytes) / bandwidth)]
-            draft = [(np.where(speculative, constant * gamma * draft_weights / bandwidth, 0.0),
-                      np.where(speculative, gamma * decodes * decode_context * kv_token * case.draft_kv_fraction / bandwidth, 0.0)),
-                     (0.0, np.where(speculative, gamma * decodes * draft_linear, 0.0))]
-        return gemm_full_waves, gemm_thin_waves, [attention_group, serial, draft]
-
-    def group_time(group, shape):
-        return np.maximum.reduce([np.broadcast_to(a + b, shape) for a, b in group]) if len(group) > 1 else group[0][0] + group[0][1]
-
-    def step(decodes, prompt_tokens):
-        """Step time of one replica with ``decodes`` sequences and ``prompt_tokens`` prompt tokens:
-        the operator groups run one after another, each as long as its slower resource."""
-        full_waves, thin_waves, rest = pieces(decodes, prompt_tokens, 1.0)
-        shape = np.shape(decodes)
-        return sum(group_time(group, shape) for group in rest) + np.minimum(group_time(full_waves, shape), group_time(thin_waves, shape))
-
-    def fixed_point(decodes_per_s, prompt_per_s):
-        """The step length T at which n = decodes_per_s x T and q = prompt_per_s x T."""
-        full_waves, thin_waves, rest = pieces(decodes_per_s, prompt_per_s, 1.0)
-        return np.minimum(_affine_fixed_point([full_waves] + rest), _affine_fixed_point([thin_waves] + rest))
+    def step_model(rows):
+        return StepModel(case, rows, float(load.input_tokens), decode_context, prefill_context)
 
     budget = float(case.prefill_chunk_tokens)
     slots = columns.slots.astype(float)
@@ -182,44 +122,68 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
     # requests' actual lengths), and no more decodes than leave room for their prompts.
     prompts_per_decode = emitted * load.input_tokens / load.output_tokens
     batch = np.minimum(slots, np.floor(budget / (verified + prompts_per_decode)))
-    saturation_step = step(batch, batch * prompts_per_decode)
+    # Not the slots: the step at a load depends on the decodes running, never on the slots.
+    rows = {**inputs, "prompts_per_decode": prompts_per_decode, "emitted": emitted}
+
+    def saturation(part):
+        return {"step": step_model(part).step(part["batch"], part["batch"] * part["prompts_per_decode"])}
+
+    saturation_step = evaluate_once_per_row(saturation, {**rows, "batch": batch}, size, share_rows)["step"]
     with np.errstate(divide="ignore", invalid="ignore"):
         capacity_requests = replicas * batch * emitted / load.output_tokens / saturation_step
     capacity_tokens = capacity_requests * load.output_tokens
 
+    lengths = np.asarray(load.inputs, dtype=float)
+    points, tail_input, tail_quantile = ttft_points(lengths)
+
+    def at_load(part):
+        """The step at the load, the decodes running, and the prefills beside them."""
+        model = step_model(part)
+        if load.rate_per_s is not None:
+            arrivals = part["arrivals"]
+            step_s = model.fixed_point(arrivals * load.output_tokens / part["emitted"], arrivals * load.input_tokens)
+            running = arrivals * load.output_tokens / part["emitted"] * step_s
+        else:
+            running = part["running"]
+            step_s = model.step(running, running * part["prompts_per_decode"])
+        room = budget - running * model.verified
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            def prefill(length):
+                """One prompt of ``length`` tokens in chunks of the room the decodes leave."""
+                return np.ceil(length / room) * model.step(running, np.minimum(length, room))
+
+            # The p99 over requests of their mean step (costs/tpot_tail.py): at a rate only.
+            step_p99 = (p99_step(model, part["arrivals"], step_s, load.output_tokens / part["emitted"], running,
+                                 part["arrivals"] * load.input_tokens * step_s, float(np.mean(lengths)), float(np.mean(lengths**2)))
+                        if load.rate_per_s is not None else np.full(np.shape(step_s), np.nan))
+            return {"step_s": step_s, "running": running, "room": room, "prefill_s": prefill(float(load.input_tokens)),
+                    "prefill_mean": np.mean([prefill(point) for point in points], axis=0), "prefill_tail": prefill(tail_input),
+                    "prompt_rate": room / model.step(running, room), "step_p99": step_p99}
+
     if load.rate_per_s is not None:
         arrivals = load.rate_per_s / replicas
-        step_s = fixed_point(arrivals * load.output_tokens / emitted, arrivals * load.input_tokens)
-        running = arrivals * load.output_tokens / emitted * step_s
+        figures = evaluate_once_per_row(at_load, {**rows, "arrivals": arrivals}, size, share_rows)
+        step_s, running = figures["step_s"], figures["running"]
         requests = np.full(len(columns), float(load.rate_per_s))
         waiting_clients = np.zeros(len(columns))
         sustainable = np.isfinite(step_s) & (running <= slots) & (running * verified + arrivals * load.input_tokens * step_s <= budget)
     else:
         clients = (load.concurrency if load.concurrency is not None else np.inf) / replicas
-        running = np.minimum(batch, clients)
-        step_s = step(running, running * prompts_per_decode)
+        figures = evaluate_once_per_row(at_load, {**rows, "running": np.minimum(batch, clients)}, size, share_rows)
+        step_s, running = figures["step_s"], figures["running"]
         with np.errstate(divide="ignore", invalid="ignore"):
             arrivals = running * emitted / load.output_tokens / step_s
         requests = arrivals * replicas
         waiting_clients = np.where(np.isfinite(clients), np.maximum(clients - batch, 0.0), 0.0)
         sustainable = np.isfinite(step_s) & (batch >= 1)
 
-    room = budget - running * verified
-    inputs = np.asarray(load.inputs, dtype=float)
-    points, tail_input, tail_quantile = ttft_points(inputs)
+    room, prefill_s, prefill_mean = figures["room"], figures["prefill_s"], figures["prefill_mean"]
+    prefill_tail, prompt_rate = figures["prefill_tail"], figures["prompt_rate"]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        def prefill(length):
-            """One prompt of ``length`` tokens in chunks of the room the decodes leave."""
-            return np.ceil(length / room) * step(running, np.minimum(length, room))
-
-        prefill_s = prefill(float(load.input_tokens))
-        prefill_mean = np.mean([prefill(point) for point in points], axis=0)
-        prefill_tail = prefill(tail_input)
-        prompt_rate = room / step(running, room)
         utilization = np.where(load.rate_per_s is not None, arrivals * load.input_tokens / prompt_rate, 0.0)
         stable = utilization < 1.0
         # M/G/1 (Pollaczek-Khinchine): W = lambda E[S^2] / (2 (1 - rho)), S = input / prompt rate.
-        second_moment = float(np.mean(inputs**2)) / prompt_rate**2
+        second_moment = float(np.mean(lengths**2)) / prompt_rate**2
         mean_wait = np.where(stable, arrivals * second_moment / (2.0 * (1.0 - utilization)), np.inf)
         # P(W > t) = rho exp(-rho t / W): exact for M/M/1, Kingman's heavy-traffic exponential otherwise.
         tail_wait = np.where(stable, np.where(utilization > tail_quantile, mean_wait / np.maximum(utilization, 1e-300)
@@ -236,6 +200,7 @@ def evaluate_requests(case, columns, values) -> dict[str, np.ndarray]:
         "prefill_alone_s": prefill_s,
         "prefill_tail_s": prefill_tail,
         "tpot_s": np.where(sustainable, tpot, np.inf),
+        "tpot_p99_s": np.where(sustainable, figures["step_p99"] / emitted, np.inf) if load.rate_per_s is not None else np.full(size, np.nan),
         "requests_per_s": np.where(sustainable, requests, 0.0),
         "output_tokens_per_s_at_load": np.where(sustainable, requests * load.output_tokens, 0.0),
         "running_per_replica": running,
@@ -309,6 +274,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     from vramopt.errors import InputError
     from vramopt.types import MAX_COUNT
 
+    if getattr(workload, "disaggregation", "auto") not in ("auto", "off"):
+        raise InputError(f"disaggregation must be 'auto' or 'off', got {workload.disaggregation!r}")
     given = [name for name in REQUEST_FIELDS if getattr(workload, name) is not None]
     if not given:
         return None

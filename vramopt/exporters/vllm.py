@@ -26,6 +26,7 @@ from vramopt.constraints import registry
 from vramopt.constraints.contribution import ExportDraft
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase
 from vramopt.errors import InputError
+from vramopt.exporters.vllm_disaggregated import disaggregated_notes
 from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
 
 MODEL_DTYPE = "bfloat16"
@@ -154,6 +155,7 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         "leave, more than the plan's KV cache; max_num_seqs still caps the concurrent sequences"
     )
     notes.extend(launch_notes)
+    notes.extend(disaggregated_notes(response))  # an xPyD answer: how to launch it instead
     return VllmExport(content=_in_argument_order(content), notes=tuple(notes))
 
 

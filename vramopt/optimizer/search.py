@@ -17,6 +17,7 @@ from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.input_files import check_fields
 from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice, plan_values
+from vramopt.optimizer.disaggregated_answer import compare_disaggregated, with_disaggregated_fix
 from vramopt.optimizer.empty_domains import EmptyDomainError
 from vramopt.optimizer.explain import explain_empty_domain, explain_infeasible
 from vramopt.optimizer.objective import describe
@@ -83,7 +84,10 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
     if choice is None:
         explanation = explain_infeasible(problem, started + space.time_limit_s) if status == "infeasible" else None
         check_cancelled()  # the relaxation search may have been cut short by the request
-        return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind)
+        disaggregation = compare_disaggregated(workload, space, engine, None) if isinstance(workload, ServingWorkload) and status == "infeasible" else None
+        explanation = with_disaggregated_fix(explanation, disaggregation)
+        return SolveResult(solver=report(status), estimate=None, explanation=explanation, workload_kind=workload.kind,
+                           disaggregation=disaggregation)
 
     plan = decode_choice(problem, choice)
     estimate = _estimate(workload, plan, space.framework)
@@ -102,10 +106,11 @@ def solve(workload, space: SearchSpace, engine: str = "cp-sat", runner_up_count:
         alternatives.append(RunnerUp(field, alternative_estimate, loss, differences))
     offload_cost = None if isinstance(workload, ServingWorkload) else _offload_cost(workload, estimate, space.framework)
     gains = {} if isinstance(workload, ServingWorkload) else _gains(workload, estimate, space.framework)
+    disaggregation = compare_disaggregated(workload, space, engine, estimate) if isinstance(workload, ServingWorkload) else None
     check_cancelled()
     return SolveResult(
         solver=report(status), estimate=estimate, runners_up=tuple(alternatives), offload_cost=offload_cost,
-        workload_kind=workload.kind, gains=gains,
+        workload_kind=workload.kind, gains=gains, disaggregation=disaggregation,
     )
 
 
