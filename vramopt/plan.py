@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vramopt.constraints.checkpointing import checkpointing_name, parse_checkpointing
+from vramopt.constraints.checkpointing import checkpointing_name, parse_checkpointing  # noqa: F401 (re-exported: callers import them from here)
 from vramopt.constraints.validity import training_invalid_reasons as invalid_reasons
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.training import TrainingCase
@@ -83,16 +83,9 @@ def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
 
 
 def describe(plan: TrainingPlan) -> str:
-    return (
-        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} "
-        + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
-        + (f"ep={plan.expert_parallel} " if plan.expert_parallel > 1 else "")
-        + (f"etp={plan.expert_tensor_parallel} " if plan.expert_tensor_parallel != plan.tensor_parallel else "")
-        + f"pp={plan.pipeline_parallel} "
-        + (f"(first stage {plan.first_stage_layers or '='}, last stage {plan.last_stage_layers or '='} layers) "
-           if plan.first_stage_layers or plan.last_stage_layers else "")
-        + f"dp={data_parallel_degree(plan)}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
-    )
+    from vramopt.plan_brief import layout_brief, plan_mapping
+
+    return f"{plan.gpus}x {plan.gpu}, {layout_brief(plan_mapping(plan))}, zero={plan.zero_stage}, micro_batch={plan.micro_batch}"
 
 
 def decode(columns: PlanColumns, index: int, gpu_name: str) -> TrainingPlan:

@@ -127,6 +127,7 @@ CONTEXT_PARALLEL = Technique(
     explain_values=explain_values,
     aliases=("cp",),
     contribution=Contribution(
+        brief=lambda plan: f"cp={plan['context_parallel']}" if plan.get("context_parallel", 1) > 1 else "",
         validity=lambda case, columns: context_parallel_invalid_reasons(case.seq_len, columns),
         memory=tokens_per_rank,
         time=ring_seconds_per_micro_batch,

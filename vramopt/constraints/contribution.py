@@ -102,6 +102,10 @@ class Contribution:
     serving_validity: Callable[[Any, Any], Mapping[str, Any]] | None = None
     """For a technique of training and serving plans (gpu, gpus, tp, pp): its rules on a
     serving plan, (ServingCase, ServingColumns) -> {message: mask}; None elsewhere."""
+    brief: Callable[[Mapping[str, Any]], str] | None = None
+    """Plan dict -> its phrase in the one-line plan descriptions of messages ('tp=2'; '' to
+    leave it out for this plan); None for a technique those descriptions do not show
+    (``vramopt/plan_brief.py``)."""
     framework_rules: Mapping[str, tuple] = field(default_factory=dict)
     """Framework name -> the ``frameworks.rule.Rule``s of that framework that refuse some of
     the technique's values (a technique only Megatron-LM runs declares DeepSpeed's and

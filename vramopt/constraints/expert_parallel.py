@@ -94,6 +94,7 @@ EXPERT_PARALLEL = Technique(
     ),
     aliases=("ep",),
     contribution=Contribution(
+        brief=lambda plan: f"ep={plan['expert_parallel']}" if plan.get("expert_parallel", 1) > 1 else "",
         validity=lambda case, columns: expert_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,
         time=all_to_all_seconds_per_micro_batch,
@@ -261,6 +262,7 @@ EXPERT_TENSOR_PARALLEL = Technique(
     ),
     aliases=("etp",),
     contribution=Contribution(
+        brief=lambda plan: (f"etp={plan['expert_tensor_parallel']}" if plan.get("expert_tensor_parallel", plan["tensor_parallel"]) != plan["tensor_parallel"] else ""),
         validity=lambda case, columns: expert_tensor_parallel_invalid_reasons(case.model, columns),
         memory=unsplit_expert_parameters_per_gpu,
         time=moe_tensor_parallel_adjustment_s,

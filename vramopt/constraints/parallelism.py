@@ -320,6 +320,7 @@ TENSOR_PARALLEL = Technique(
     plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--tp",), help="Tensor-parallel degree."),
     aliases=("tp",),
     contribution=Contribution(
+        brief=lambda plan: f"tp={plan['tensor_parallel']}",
         validity=layout_invalid_reasons,
         memory=parameters_per_gpu,
         time=tensor_parallel_seconds_per_micro_batch,
@@ -348,6 +349,7 @@ PIPELINE_PARALLEL = Technique(
     plan_field=PlanField(python_type=int, default=1, minimum=1, flags=("--pp",), help="Pipeline-parallel stages."),
     aliases=("pp",),
     contribution=Contribution(
+        brief=lambda plan: f"pp={plan['pipeline_parallel']}",
         validity=no_rules,  # pp divides the layers: the layout's rule (tensor_parallel)
         memory=in_flight_micro_batches,
         time=ParallelLayout.pipeline_slots,
@@ -374,6 +376,7 @@ DATA_PARALLEL = Technique(
     derived=True,
     aliases=("dp",),
     contribution=Contribution(
+        brief=lambda plan: f"dp={plan['data_parallel']}",
         validity=no_rules,  # derived from the GPU count: the layout's rule (tensor_parallel)
         memory=lambda columns, zero_stage: ParallelLayout.from_columns(columns).optimizer_zero_shards(zero_stage),
         time=data_parallel_seconds_per_step,

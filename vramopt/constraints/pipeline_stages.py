@@ -135,6 +135,11 @@ def _megatron(field: str, megatron_flag: str):
     return export
 
 
+def _stages_brief(plan: Mapping[str, Any]) -> str:
+    first, last = plan.get("first_stage_layers", 0), plan.get("last_stage_layers", 0)
+    return f"(first stage {first or '='}, last stage {last or '='} layers)" if first or last else ""
+
+
 def _technique(field: str, index: int, label: str, validity, memory, megatron_flag: str) -> Technique:
     key_domain = SPLITS_KEY if index == 0 else KeyDomain(with_field=STAGE_FIELDS[0])
     return Technique(
@@ -151,6 +156,8 @@ def _technique(field: str, index: int, label: str, validity, memory, megatron_fl
             help=f"Layers on the {label} pipeline stage (0 = as a middle stage; Megatron {megatron_flag}).",
         ),
         contribution=Contribution(
+            # Both stages in one phrase, written by the first stage's field.
+            brief=_stages_brief if index == 0 else (lambda plan: ""),
             validity=validity,
             memory=memory,
             time=slowest_stage_operator_seconds,

@@ -86,12 +86,10 @@ def _summary(problem: Problem, choice: Choice | None) -> str:
             f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, {plan.quantization} weights, "
             f"{plan.kv_cache_dtype} KV, {plan.slots} slots{mig}"
         )
-    return (
-        f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} "
-        + (f"cp={plan.context_parallel} " if plan.context_parallel > 1 else "")
-        + f"pp={plan.pipeline_parallel}, zero={plan.zero_stage}, "
-        f"{plan.precision}, offload={plan.offload}, checkpointing={plan.checkpointing}"
-    )
+    from vramopt.plan_brief import layout_brief, plan_mapping
+
+    return (f"{plan.gpus}x {plan.gpu}, {layout_brief(plan_mapping(plan), data_parallel=False)}, zero={plan.zero_stage}, "
+            f"{plan.precision}, offload={plan.offload}, checkpointing={plan.checkpointing}")
 
 
 def _best_detail(problem: Problem) -> str:
