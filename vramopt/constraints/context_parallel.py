@@ -21,6 +21,8 @@ from typing import Any, Mapping
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_int
 from vramopt.constraints.key_domain import KeyDomain
+from vramopt.frameworks.deepspeed import VERSION as DEEPSPEED_VERSION
+from vramopt.frameworks.rule import Rule
 from vramopt.costs.context_parallel import (
     context_parallel_invalid_reasons,
     ring_seconds_per_micro_batch,
@@ -51,6 +53,17 @@ KEY = KeyDomain(values=lambda request: tuple(
     cp for cp in request.resolve("context_parallel") if whole_tile_chunks(request.workload.seq_len, cp)))
 """The key enumeration's degrees: those that split the sequence into 2 x cp whole tiles."""
 
+
+FRAMEWORK_RULES = {
+    "deepspeed": (Rule(
+        message="DeepSpeed: no ring-attention context parallelism (DeepSpeed-Ulysses is an all-to-all over heads, a "
+                "different scheme), so context_parallel must be 1",
+        group="key",
+        refuses=lambda columns: columns.context_parallel > 1,
+        source=f"deepspeed {DEEPSPEED_VERSION} sequence/layer.py DistributedAttention (Ulysses all-to-all; no KV ring)",
+    ),),
+}
+"""The frameworks that cannot run cp > 1 (Framework.all_rules joins them to the framework's own rules)."""
 
 EXPORT_NOTES = {
     "deepspeed": (

@@ -23,8 +23,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, Gain
 from vramopt.constraints.technique import PlanField, Technique, parse_choice
+from vramopt.frameworks.megatron import ARGUMENTS as MEGATRON_ARGUMENTS
+from vramopt.frameworks.rule import Rule
+from vramopt.frameworks.torchtitan import VERSION as TORCHTITAN_VERSION
 from vramopt.costs.optimizer_states import (
     BY_NAME,
     FORMATS,
@@ -33,6 +38,26 @@ from vramopt.costs.optimizer_states import (
     optimizer_step_seconds,
     state_bytes_per_parameter,
 )
+
+MEGATRON_OPTIMIZERS = ("adam", "sgd")
+"""The formats Megatron-LM's ``--optimizer`` accepts (its choices: adam, sgd, muon, dist_muon)."""
+
+FRAMEWORK_RULES = {
+    "megatron": (Rule(
+        message="Megatron-LM: --optimizer takes adam or sgd (no 8-bit Adam or Adafactor)",
+        group="state",
+        refuses=lambda columns: ~np.isin(columns.optimizer, [OPTIMIZER_NAMES.index(name) for name in MEGATRON_OPTIMIZERS]),
+        source=f"{MEGATRON_ARGUMENTS}, '--optimizer' choices",
+    ),),
+    "torchtitan": (Rule(
+        message="torchtitan: the optimizer is Adam or AdamW (torch.optim)",
+        group="state",
+        refuses=lambda columns: columns.optimizer != OPTIMIZER_NAMES.index("adam"),
+        source=f"torchtitan {TORCHTITAN_VERSION} components/optimizer/optimizer.py _resolve_optimizer_factory",
+    ),),
+}
+"""The frameworks that refuse some formats, with their sources (Framework.all_rules joins them)."""
+
 
 def display(plan: Mapping[str, Any]) -> str:
     """Shown only when the plan's optimizer is not Adam, the format every plan assumed before."""
@@ -93,6 +118,7 @@ OPTIMIZER = Technique(
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving runs no optimizer; a training plan has no vLLM export"),
         },
+        framework_rules=FRAMEWORK_RULES,
         sources=tuple(entry.source for entry in FORMATS),
         gain=Gain(key="optimizer_gain", measure=lambda workload, estimate, framework: optimizer_gain(workload, estimate, framework),
                   sentence=lambda plan, gain, gb: why_line(plan, gain, gb)),

@@ -50,12 +50,6 @@ RULES = (
         source=f"deepspeed {VERSION} runtime/pipe/module.py PipelineModule._partition_layers",
     ),
     Rule(
-        message="DeepSpeed: no ring-attention context parallelism (DeepSpeed-Ulysses is an all-to-all over heads, a different scheme), so context_parallel must be 1",
-        group="key",
-        refuses=lambda columns: columns.context_parallel > 1,
-        source=f"deepspeed {VERSION} sequence/layer.py DistributedAttention (Ulysses all-to-all; no KV ring)",
-    ),
-    Rule(
         message="DeepSpeed: AutoTP tensor parallelism has no Megatron-style sequence parallelism, so sequence_parallel must be off",
         group="activation",
         refuses=lambda columns: columns.sequence_parallel == 1,

@@ -5,7 +5,8 @@ Megatron runs every layout vramopt searches (TP with sequence parallelism, CP, P
 interleaved schedule), ZeRO-1 as its distributed optimizer (ZeRO-2/3 exist as Megatron-FSDP, not modelled here),
 full and selective recomputation, fp8 and NVFP4 through Transformer Engine. The rules below
 are what its argument parser and ``validate_args`` refuse (megatron/training/arguments.py of
-that tag; ``--optimizer`` choices 'adam', 'sgd', 'muon', 'dist_muon').
+that tag; the optimizer-format rule (``--optimizer`` choices adam, sgd, muon, dist_muon) is the
+optimizer technique's, constraints/optimizer_format.py).
 """
 
 from __future__ import annotations
@@ -13,20 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.columns import OFFLOAD_NVME
-from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.frameworks.rule import Framework, Rule
 from vramopt.types import PRECISIONS
 
 VERSION = "core_v0.16.1"
 ARGUMENTS = f"Megatron-LM {VERSION} megatron/training/arguments.py"
 
-OPTIMIZERS = ("adam", "sgd")
-"""vramopt's optimizer formats that ``--optimizer`` accepts (choices adam, sgd, muon, dist_muon)."""
 GRADIENT_REDUCE_PRECISIONS = ("fp32", "bf16")
 """fp32 main gradients reduced in fp32 (the default: bf16 training sets
 accumulate_allreduce_grads_in_fp32) or in bf16 with ``--grad-reduce-in-bf16``."""
 
-_OPTIMIZER_CODES = np.array([OPTIMIZER_NAMES.index(name) for name in OPTIMIZERS])
 _REDUCE_CODES = np.array([PRECISIONS.index(name) for name in GRADIENT_REDUCE_PRECISIONS])
 _FP16 = PRECISIONS.index("fp16")
 
@@ -36,12 +33,6 @@ RULES = (
         group="state",
         refuses=lambda columns: columns.zero_stage >= 2,
         source=f"{ARGUMENTS}, '--use-distributed-optimizer' and '--use-megatron-fsdp' / '--data-parallel-sharding-strategy'",
-    ),
-    Rule(
-        message="Megatron-LM: --optimizer takes adam or sgd (no 8-bit Adam or Adafactor)",
-        group="state",
-        refuses=lambda columns: ~np.isin(columns.optimizer, _OPTIMIZER_CODES),
-        source=f"{ARGUMENTS}, '--optimizer' choices",
     ),
     Rule(
         message="Megatron-LM: --optimizer-cpu-offload moves optimizer states to host RAM; there is no NVMe offload",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.columns import CHECKPOINT_EVERY, OFFLOAD_NONE
-from vramopt.costs.optimizer_states import OPTIMIZER_NAMES
 from vramopt.frameworks.rule import Framework, Rule
 from vramopt.types import PRECISIONS
 
@@ -44,12 +43,6 @@ RULES = (
         group="state",
         refuses=lambda columns: columns.zero_stage == 1,
         source=f"{CONFIGS} ParallelismConfig (data_parallel_shard_degree, fsdp_reshard_after_forward)",
-    ),
-    Rule(
-        message="torchtitan: the optimizer is Adam or AdamW (torch.optim)",
-        group="state",
-        refuses=lambda columns: columns.optimizer != OPTIMIZER_NAMES.index("adam"),
-        source=f"torchtitan {VERSION} components/optimizer/optimizer.py _resolve_optimizer_factory",
     ),
     Rule(
         message="torchtitan: FSDP reduces gradients in fp32 (training.mixed_precision_reduce accepts only 'float32'), so grad_comm_precision must be fp32",
