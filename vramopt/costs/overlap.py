@@ -29,11 +29,32 @@ need their result); with ``TrainingCase.tensor_parallel_overlap`` (Megatron-Core
 ``--tp-comm-overlap`` via Transformer Engine userbuffers, Wang et al. 2022 "Overlap
 Communication with Dependent Computation via Decomposition"; torchtitan async TP) each
 collective is pipelined with the GEMM it feeds, leaving ``max(0, comm - GEMM time)``.
+Megatron-LM since September 2021 (``--async-tensor-model-parallel-allreduce``, on unless
+``--no-async-...``; ``megatron/mpu/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``
+at 7fccd6a, May 2022, the code of Korthikanti et al. 2022) hides part of the backward
+(``TrainingCase.tensor_parallel_backward_overlap``): each column-parallel linear (QKV, MLP up)
+launches its input-gradient all-reduce (the f operator's backward), or under sequence
+parallelism its reduce-scatter, asynchronously and computes its weight gradient meanwhile. Per
+layer that is 2 of the 4 all-reduces without sequence parallelism, and 2 reduce-scatters (one
+all-reduce's volume) of the 4 all-reduce volumes with it (the backward's all-gathers, the
+reduce-scatter's gradients, stay exposed; the re-gather of the input for the weight gradient runs
+beside the input-gradient GEMM and is not counted); a recomputed forward adds exposed
+collectives. Hidden: up to the column-parallel weight-gradient GEMMs' time. Not modelled: the
+SMs NCCL takes from the GEMM it runs beside. The Megatron-LM of Narayanan et al. 2021
+(``examples/sc21``, August 2021) predates it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from vramopt.costs.communication import RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER
+
+BACKWARD_HIDEABLE_ALL_REDUCE = 2.0
+"""All-reduce volumes per layer the column-parallel weight gradients can hide without sequence
+parallelism: the input-gradient all-reduces of QKV and MLP up."""
+BACKWARD_HIDEABLE_SEQUENCE_PARALLEL = 1.0
+"""With sequence parallelism: their two reduce-scatters, each half an all-reduce's volume."""
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.DistributedDataParallel).
@@ -56,9 +77,18 @@ def exposed_data_parallel_seconds(
     return np.maximum(hidden_part, tail)
 
 
-def exposed_tensor_parallel_seconds(communication_s, gemm_s, overlap: bool) -> np.ndarray:
-    """Exposed tensor-parallel time per micro-batch: all of it, or what outlasts the GEMMs."""
+def exposed_tensor_parallel_seconds(communication_s, gemm_s, overlap: bool, backward_overlap: bool = False,
+                                    sequence_parallel=0, full_recompute=False, column_weight_gradient_s=0.0) -> np.ndarray:
+    """Exposed tensor-parallel time per micro-batch: all of it, what outlasts the GEMMs (full
+    overlap), or all but the input-gradient collectives that the column-parallel weight
+    gradients hide (``backward_overlap``, Megatron-LM's asynchronous all-reduce)."""
     communication_s = np.asarray(communication_s, dtype=float)
-    if not overlap:
+    if overlap:
+        return np.maximum(0.0, communication_s - gemm_s)
+    if not backward_overlap:
         return communication_s
-    return np.maximum(0.0, communication_s - gemm_s)
+    collectives = TENSOR_PARALLEL_ALL_REDUCES_PER_LAYER + np.where(full_recompute, RECOMPUTE_EXTRA_ALL_REDUCES_PER_LAYER, 0)
+    hideable_share = np.where(np.asarray(sequence_parallel) == 1, BACKWARD_HIDEABLE_SEQUENCE_PARALLEL,
+                              BACKWARD_HIDEABLE_ALL_REDUCE) / collectives
+    hidden = np.minimum(communication_s * hideable_share, np.asarray(column_weight_gradient_s, dtype=float))
+    return communication_s - hidden
