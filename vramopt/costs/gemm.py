@@ -65,7 +65,7 @@ class GemmGeneration:
 
 
 FITTED_A100 = 0.73
-FITTED_H100 = 0.68
+FITTED_H100 = 0.6775
 
 GENERATIONS = {
     "ampere": GemmGeneration(

@@ -16,6 +16,13 @@ kernels between GEMMs would hide a little more):
   current one computes (FSDP ``forward_prefetch``/``backward_prefetch``; DeepSpeed
   ``stage3_prefetch_bucket_size``). Exposed: ``m * max(0, comm per micro-batch - GEMMs per
   micro-batch)``, at least the tail.
+- ZeRO 1-2 with the parameter all-gather overlapped (Megatron-Core's distributed optimizer with
+  ``--overlap-param-gather``, ``TrainingCase.parameter_gather_overlap``): the gradients'
+  reduce-scatter runs beside the last micro-batch's backward as above, and the updated
+  parameters' all-gather beside the next step's first forward, bucket by bucket in forward
+  pre-hooks (``megatron/core/distributed/param_and_grad_buffer.py``). Exposed:
+  ``max(0, reduce-scatter - backward GEMMs) + max(0, all-gather - forward GEMMs)`` of one
+  micro-batch, each half of the step's volume.
 - tail: the last bucket is produced by the last operator of the backward and cannot overlap
   anything: one bucket of ``DDP_BUCKET_BYTES`` at the collective's bandwidth.
 
@@ -63,7 +70,7 @@ DeepSpeed's ``reduce_bucket_size`` default 5e8 elements is larger; 25 MiB is the
 
 def exposed_data_parallel_seconds(
     communication_s, bandwidth_bytes_per_s, backward_per_micro_batch_s, compute_per_micro_batch_s,
-    micro_batches, zero_stage, overlap: bool,
+    micro_batches, zero_stage, overlap: bool, parameter_gather_overlap: bool = False,
 ) -> np.ndarray:
     """Exposed data-parallel time per step (see the module docstring); arrays broadcast."""
     communication_s = np.asarray(communication_s, dtype=float)
@@ -71,6 +78,11 @@ def exposed_data_parallel_seconds(
         return communication_s
     tail = np.minimum(communication_s, DDP_BUCKET_BYTES / np.asarray(bandwidth_bytes_per_s, dtype=float))
     replicated = np.maximum(0.0, communication_s - backward_per_micro_batch_s)
+    if parameter_gather_overlap:
+        forward_per_micro_batch_s = np.asarray(compute_per_micro_batch_s) - np.asarray(backward_per_micro_batch_s)
+        split = (np.maximum(0.0, communication_s / 2.0 - backward_per_micro_batch_s)
+                 + np.maximum(0.0, communication_s / 2.0 - forward_per_micro_batch_s))
+        replicated = np.where((np.asarray(zero_stage) >= 1) & (np.asarray(zero_stage) <= 2), split, replicated)
     per_micro_batch = communication_s / micro_batches
     sharded = micro_batches * np.maximum(0.0, per_micro_batch - compute_per_micro_batch_s)
     hidden_part = np.where(np.asarray(zero_stage) >= 3, sharded, replicated)

@@ -88,6 +88,9 @@ class TrainingCase:
     """Megatron-LM's asynchronous input-gradient all-reduce / reduce-scatter of the column-parallel
     linears beside their weight-gradient GEMMs (``--async-tensor-model-parallel-allreduce``, on by
     default since September 2021). costs/overlap.py."""
+    parameter_gather_overlap: bool = False
+    """ZeRO 1-2's parameter all-gather runs beside the next step's first forward (Megatron-Core
+    distributed optimizer ``--overlap-param-gather``). costs/overlap.py."""
     pipeline_p2p_overlap: bool = False
     """The framework overlaps the pipeline's point-to-point transfers with compute (Megatron-Core
     ``--overlap-p2p-communication``, interleaved schedule only). costs/pipeline_p2p.py."""
@@ -163,7 +166,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     # part, the split the solver's tables add (tests/unit/test_separability.py).
     data_parallel_seconds = exposed_data_parallel_seconds(
         data_parallel_total, data_parallel_bandwidth, operators["linear_backward_s"], operators["linear_s"],
-        micro_batches, columns.zero_stage, case.data_parallel_overlap,
+        micro_batches, columns.zero_stage, case.data_parallel_overlap, case.parameter_gather_overlap,
     )
     # ZeRO shards (and what offload moves) are cut from the parameters without expert
     # parallelism: expert states shard over dp x cp / ep (costs/expert_parallel.py).

@@ -78,6 +78,10 @@ class PublishedRun:
     """True where the source says the runs overlap TP communication (Megatron-Core README)."""
     tensor_parallel_backward_overlap: bool = False
     """True for Megatron-LM from September 2021 (asynchronous input-gradient all-reduce)."""
+    parameter_gather_overlap: bool = False
+    """True for Megatron-Core's distributed optimizer with --overlap-param-gather."""
+    pipeline_p2p_overlap: bool = False
+    """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
     """True for torchtitan runs without torch.compile (separate eager element-wise kernels)."""
 
@@ -85,7 +89,9 @@ class PublishedRun:
         case = TrainingCase(model=self.model, gpu=load_gpu(self.gpu), seq_len=self.seq_len, global_batch=self.global_batch,
                             data_parallel_overlap=self.data_parallel_overlap,
                             tensor_parallel_overlap=self.tensor_parallel_overlap,
-                            tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap, eager_kernels=self.eager_kernels)
+                            tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap,
+                            parameter_gather_overlap=self.parameter_gather_overlap, pipeline_p2p_overlap=self.pipeline_p2p_overlap,
+                            eager_kernels=self.eager_kernels)
         columns = check_plan(case, self.plan)
         return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
 
@@ -191,8 +197,11 @@ def calibration_runs() -> tuple[PublishedRun, ...]:
             case_id=row["case_id"], metric=row["metric"], published=float(row["published"]), model=_model(row["model"]),
             gpu=row["gpu"], seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]), plan=plan,
             tolerance=_tolerance(row), tolerance_kind=row.get("tolerance_kind", ""), source=row["source"],
-            # Megatron-LM README: the H100 weak-scaling runs overlap TP, DP and PP communication.
+            # Megatron-LM README: the H100 weak-scaling runs overlap TP (--tp-comm-overlap), DP
+            # (--overlap-grad-reduce, --overlap-param-gather) and PP (default) communication.
             tensor_parallel_overlap=row["case_id"].startswith("meg_readme_"),
+            parameter_gather_overlap=row["case_id"].startswith("meg_readme_"),
+            pipeline_p2p_overlap=row["case_id"].startswith("meg_readme_"),
             # The Dec 2024 torchtitan benchmarks give each plan without and with torch.compile (case
             # ids ending in _compile); docs/performance.md (tto_) does not say, so its rows keep fused kernels.
             eager_kernels=row["case_id"].startswith("tt24_") and not row["case_id"].endswith("_compile"),
