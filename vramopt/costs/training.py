@@ -88,6 +88,9 @@ class TrainingCase:
     """Megatron-LM's asynchronous input-gradient all-reduce / reduce-scatter of the column-parallel
     linears beside their weight-gradient GEMMs (``--async-tensor-model-parallel-allreduce``, on by
     default since September 2021). costs/overlap.py."""
+    fp32_gradient_buffer: bool = False
+    """Gradients accumulate in an fp32 buffer that the step reads, zeroes and follows with a
+    separate master-to-model copy (Megatron-LM with bf16). costs/optimizer_step.py."""
     parameter_gather_overlap: bool = False
     """ZeRO 1-2's parameter all-gather runs beside the next step's first forward (Megatron-Core
     distributed optimizer ``--overlap-param-gather``). costs/overlap.py."""
@@ -177,7 +180,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     # The optimizer step and the gradient-norm pass on this GPU's ZeRO shard (costs/optimizer_step.py).
     optimizer_shard = sharded_gpu * case.trainable_fraction / layout.optimizer_zero_shards(columns.zero_stage)
     optimizer_step_seconds_value = optimizer_step_seconds(
-        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision]
+        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision],
+        case.fp32_gradient_buffer,
     )
     step_time = pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 

@@ -19,6 +19,17 @@ are ``layers / pipeline_parallel / layers_per_virtual_stage``; the 1T row sets n
 runs plain 1F1B), with ``--recompute-method uniform`` (full recomputation of every layer:
 vramopt's ``every:1``). DDP is PyTorch's or Megatron's local DDP, i.e. no ZeRO (Megatron's
 distributed optimizer did not exist in 2021). Flash attention did not exist either (2022).
+
+Known approximation: the script runs 1.7B-18B with ``DDP=torch`` (PyTorch DDP all-reduces in
+buckets during the backward) and 39B-1T with ``DDP=local`` (after the backward); every row is
+evaluated here as all-reduce after the backward. Evaluated as the script says, the four torch
+rows come out 3-4% fast at any Ampere fraction that fits the others, the fit falls from 0.73 to
+0.7125 (leave-one-out 3.1%/6.0% -> 4.4%/8.2%), and every out-of-sample A100 set moves away
+(Korthikanti 2022 Table 4 layer times, Table 5, Narayanan Table 2 PTD-P by 2-3 points): the
+overlapped all-reduce costs backward time the model does not charge (NCCL kernels share SMs and
+HBM with the GEMMs they overlap; not modelled), so the after-backward mapping stands in for it
+until that is modelled (issue 13). The runs used ``--fp16`` with a static loss scale
+(``examples/sc21/CONFIG.sh``); vramopt plans them as bf16 (the same A100 tensor-core rate).
 """
 
 from __future__ import annotations

@@ -80,6 +80,8 @@ class PublishedRun:
     """True for Megatron-LM from September 2021 (asynchronous input-gradient all-reduce)."""
     parameter_gather_overlap: bool = False
     """True for Megatron-Core's distributed optimizer with --overlap-param-gather."""
+    fp32_gradient_buffer: bool = False
+    """True for bf16 Megatron-LM (gradients accumulated in an fp32 main_grad buffer)."""
     pipeline_p2p_overlap: bool = False
     """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
@@ -91,6 +93,7 @@ class PublishedRun:
                             tensor_parallel_overlap=self.tensor_parallel_overlap,
                             tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap,
                             parameter_gather_overlap=self.parameter_gather_overlap, pipeline_p2p_overlap=self.pipeline_p2p_overlap,
+                            fp32_gradient_buffer=self.fp32_gradient_buffer,
                             eager_kernels=self.eager_kernels)
         columns = check_plan(case, self.plan)
         return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
@@ -153,7 +156,9 @@ def korthikanti_runs() -> tuple[PublishedRun, ...]:
                 gpu=row["gpu"], gpus=int(row["gpus"]), tensor_parallel=int(row["tensor_parallel"]),
                 pipeline_parallel=int(row["pipeline_parallel"]), virtual_stages=int(row["virtual_stages"]),
                 zero_stage=int(row["zero_stage"]), checkpointing=row["checkpointing"], precision=row["precision"],
-                grad_comm_precision=row["precision"], offload="none", flash_attention=_flag(row["flash_attention"]),
+                # bf16 Megatron-LM all-reduces the gradients in fp32 (megatron/arguments.py, 2022).
+                grad_comm_precision="fp32" if row["precision"] == "bf16" else row["precision"], offload="none",
+                flash_attention=_flag(row["flash_attention"]),
                 sequence_parallel=_flag(row["sequence_parallel"]), micro_batch=int(row["micro_batch"]),
             )
             runs.append(PublishedRun(
@@ -166,6 +171,8 @@ def korthikanti_runs() -> tuple[PublishedRun, ...]:
                 # Its Megatron-LM (2022) runs the backward's input-gradient collectives beside the
                 # weight-gradient GEMMs (--async-tensor-model-parallel-allreduce, default on).
                 tensor_parallel_backward_overlap=True,
+                # bf16 Megatron-LM accumulates gradients in an fp32 main_grad buffer.
+                fp32_gradient_buffer=True,
             ))
     return tuple(runs)
 
