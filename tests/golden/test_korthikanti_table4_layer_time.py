@@ -2,7 +2,8 @@
 sample: data and the per-layer reading in ``vramopt/validation/korthikanti_table4.py``.
 
 Recorded (issue 13, with the backward's input-gradient collectives beside the weight-gradient
-GEMMs, costs/overlap.py): -0.3%, +0.4%, +0.8%, -0.8%, -0.2%; without that overlap +3.5% to +7.2%.
+GEMMs, costs/overlap.py): -0.3%, +0.4%, +0.8%, -0.8%, -0.2% at the Ampere fraction 0.73; -2.0%,
+-1.3%, -0.8%, -2.5%, -1.8% at the refit 0.7475; without that overlap 3.5 to 7 points slower.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from vramopt.validation.korthikanti_table4 import TABLE_4, layer_ms
 
 TOLERANCE = 0.05
-"""Accuracy bound: the recorded errors are within 1%."""
+"""Accuracy bound: the recorded errors are within 2.5%."""
 
 
 @pytest.mark.parametrize("row", TABLE_4, ids=[row.case_id for row in TABLE_4])

@@ -64,7 +64,7 @@ class GemmGeneration:
     source: str
 
 
-FITTED_A100 = 0.73
+FITTED_A100 = 0.7475
 FITTED_H100 = 0.6775
 
 GENERATIONS = {

@@ -28,6 +28,22 @@ from vramopt.costs.columns import OFFLOAD_NONE
 from vramopt.costs.optimizer_states import FP32, optimizer_column, step_bytes_per_parameter
 
 
+UNFUSED_ACCUMULATION_BYTES_PER_ELEMENT = 3.0
+"""An in-place ``grad += new_grad`` reads both operands and writes the sum: 3 elements of the
+gradient's dtype per parameter (PyTorch autograd ``AccumulateGrad`` from the second micro-batch on;
+Megatron-LM 2021's fp16 path), which fused weight-gradient accumulation (Megatron-LM since
+February 2022, ``--gradient-accumulation-fusion``: the weight-gradient GEMM adds into
+``main_grad``) does not pay."""
+
+
+def unfused_accumulation_seconds(gpu, trainable_params_per_gpu, gradient_bytes, micro_batches) -> np.ndarray:
+    """Seconds of the separate gradient-accumulation passes of one step: one per micro-batch after
+    the first, each on the critical path of its stage's backward."""
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
+    per_pass = UNFUSED_ACCUMULATION_BYTES_PER_ELEMENT * gradient_bytes * trainable_params_per_gpu / bandwidth
+    return np.maximum(np.asarray(micro_batches, dtype=float) - 1.0, 0.0) * per_pass
+
+
 FP32_GRADIENT_BYTES = 4.0
 ZERO_GRADIENT_BUFFER_BYTES = 4.0
 """The fp32 ``main_grad`` buffer zeroed once per iteration."""

@@ -45,7 +45,7 @@ from vramopt.costs.memory import (
     sharded_parameters_per_gpu,
 )
 from vramopt.costs.offload import offload_seconds_per_step
-from vramopt.costs.optimizer_step import optimizer_step_seconds
+from vramopt.costs.optimizer_step import optimizer_step_seconds, unfused_accumulation_seconds
 from vramopt.costs.operators import eager_elementwise_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
 from vramopt.costs.pipeline_p2p import pipeline_p2p_seconds
@@ -91,6 +91,10 @@ class TrainingCase:
     fp32_gradient_buffer: bool = False
     """Gradients accumulate in an fp32 buffer that the step reads, zeroes and follows with a
     separate master-to-model copy (Megatron-LM with bf16). costs/optimizer_step.py."""
+    unfused_gradient_accumulation: bool = False
+    """Gradients of micro-batches after the first are added to the accumulated ones in a separate
+    elementwise pass (PyTorch autograd; Megatron-LM 2021 in fp16) instead of inside the
+    weight-gradient GEMM; its time is counted with the optimizer step. costs/optimizer_step.py."""
     parameter_gather_overlap: bool = False
     """ZeRO 1-2's parameter all-gather runs beside the next step's first forward (Megatron-Core
     distributed optimizer ``--overlap-param-gather``). costs/overlap.py."""
@@ -183,6 +187,9 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision],
         case.fp32_gradient_buffer,
     )
+    if case.unfused_gradient_accumulation:
+        optimizer_step_seconds_value = optimizer_step_seconds_value + unfused_accumulation_seconds(
+            gpu, params_gpu * case.trainable_fraction, PRECISION_BYTES[columns.precision], micro_batches)
     step_time = pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 
     tokens_per_step = float(case.global_batch * seq_len)

@@ -139,7 +139,7 @@ def evaluate_row(row: Table1Row, micro_batch: int | None = None, virtual_stages:
     """vramopt's evaluation of one Table 1 row (scalars)."""
     # Megatron-LM 2021 (local DDP) all-reduces the gradients after the backward, not during it.
     case = TrainingCase(model=gpt_model(row.layers, row.hidden, row.heads), gpu=load_gpu(GPU), seq_len=SEQ_LEN,
-                        global_batch=row.batch, data_parallel_overlap=False)
+                        global_batch=row.batch, data_parallel_overlap=False, unfused_gradient_accumulation=True)
     columns = check_plan(case, row_plan(row, micro_batch, virtual_stages))
     return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
 
@@ -153,6 +153,8 @@ def narayanan_runs():
             case_id=f"n21_t1_{row.label.lower()}", metric="achieved_tflops_per_gpu", published=float(row.achieved_tflops_per_gpu),
             model=gpt_model(row.layers, row.hidden, row.heads), gpu=GPU, seq_len=SEQ_LEN, global_batch=row.batch,
             plan=row_plan(row), tolerance=None, tolerance_kind="", data_parallel_overlap=False,
+            # 2021's fp16 path adds each micro-batch's gradients in a separate pass (no fusion yet).
+            unfused_gradient_accumulation=True,
             source="Narayanan et al. 2021 (SC '21) Table 1; micro-batch and interleaving from NVIDIA/Megatron-LM "
                    "examples/sc21/run_table_1.sh",
         )

@@ -82,6 +82,8 @@ class PublishedRun:
     """True for Megatron-Core's distributed optimizer with --overlap-param-gather."""
     fp32_gradient_buffer: bool = False
     """True for bf16 Megatron-LM (gradients accumulated in an fp32 main_grad buffer)."""
+    unfused_gradient_accumulation: bool = False
+    """True for Megatron-LM 2021 (fp16, no gradient-accumulation fusion)."""
     pipeline_p2p_overlap: bool = False
     """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
@@ -94,6 +96,7 @@ class PublishedRun:
                             tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap,
                             parameter_gather_overlap=self.parameter_gather_overlap, pipeline_p2p_overlap=self.pipeline_p2p_overlap,
                             fp32_gradient_buffer=self.fp32_gradient_buffer,
+                            unfused_gradient_accumulation=self.unfused_gradient_accumulation,
                             eager_kernels=self.eager_kernels)
         columns = check_plan(case, self.plan)
         return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
