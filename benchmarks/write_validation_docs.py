@@ -58,8 +58,8 @@ NOTES = """
   pipelined ones' (70B-177B +6-8%).
 - Narayanan et al. 2021 Table 1 is mapped with every row's gradient all-reduce after the
   backward, although `examples/sc21/run_table_1.sh` runs 1.7B-18B with PyTorch DDP (which
-  overlaps it): evaluated so, those four rows come out 3-4% fast, the Ampere fit drops by
-  0.02 and every out-of-sample A100 set above moves 2-3 points further off, which says the
+  overlaps it): evaluated so, those four rows come out 4-5% fast, the Ampere fit drops by
+  0.02 and every out-of-sample A100 set above moves 1-3 points further off, which says the
   overlapped all-reduce slows the backward (NCCL kernels share SMs and HBM with the GEMMs;
   not modelled). vramopt/validation/narayanan.py says so.
 - torchtitan's Dec 2024 H100 rows: the plans without torch.compile are timed with eager

@@ -23,9 +23,10 @@ distributed optimizer did not exist in 2021). Flash attention did not exist eith
 Known approximation: the script runs 1.7B-18B with ``DDP=torch`` (PyTorch DDP all-reduces in
 buckets during the backward) and 39B-1T with ``DDP=local`` (after the backward); every row is
 evaluated here as all-reduce after the backward. Evaluated as the script says, the four torch
-rows come out 3-4% fast at any Ampere fraction that fits the others, the fit falls from 0.73 to
-0.7125 (leave-one-out 3.1%/6.0% -> 4.4%/8.2%), and every out-of-sample A100 set moves away
-(Korthikanti 2022 Table 4 layer times, Table 5, Narayanan Table 2 PTD-P by 2-3 points): the
+rows come out 4-5% fast at the fraction that fits the others, the fit falls from 0.7475 to
+0.7275 (leave-one-out 3.2%/6.9% -> 5.4%/10.0%), and every out-of-sample A100 set moves away
+(Korthikanti 2022 Table 5 4.0%/7.3% -> 5.3%/10.0%, Table 4 layer times and Narayanan Table 2
+PTD-P by 2-3 points): the
 overlapped all-reduce costs backward time the model does not charge (NCCL kernels share SMs and
 HBM with the GEMMs they overlap; not modelled), so the after-backward mapping stands in for it
 until that is modelled (issue 13). The runs used ``--fp16`` with a static loss scale
