@@ -166,6 +166,7 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
         f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
         + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
+        + (f"+ PP {throughput['pipeline_parallel_s']:,.2f} " if throughput.get('pipeline_parallel_s', 0.0) else "")
         + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
         + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
            if throughput.get("optimizer_step_s", 0.0) else "")

@@ -126,6 +126,8 @@ def render_throughput(result: Mapping[str, Any]) -> str:
         ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
         ["offload transfers", throughput["offload_s"]],
     ]
+    if throughput.get("pipeline_parallel_s", 0.0):  # 0 at pp = 1
+        breakdown.insert(3, ["pipeline point-to-point (exposed)", throughput["pipeline_parallel_s"]])
     if throughput.get("expert_parallel_s", 0.0):  # 0 without expert parallelism
         breakdown.insert(3, ["expert-parallel all-to-all (exposed)", throughput["expert_parallel_s"]])
     if throughput.get("optimizer_step_s", 0.0):  # 0 under offload (the host runs the step)

@@ -116,6 +116,7 @@ class TrainingEstimate(EvaluatedPlan):
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
             "context_parallel_s": float(values["context_parallel_s"]),
             "expert_parallel_s": float(values["expert_parallel_s"]),
+            "pipeline_parallel_s": float(values["pipeline_parallel_s"]),
             "data_parallel_s": float(values["data_parallel_s"]),
             "offload_s": float(values["offload_s"]),
             "optimizer_step_s": float(values["optimizer_step_s"]),

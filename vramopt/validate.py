@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vramopt.validation.calibration import fit
+from vramopt.validation.korthikanti_table4 import table4_errors
 from vramopt.validation.narayanan_table2 import table2_runs, zero3_slowdowns
 from vramopt.validation.published import calibration_runs, korthikanti_runs
 from vramopt.validation.serving import serving_predictions
@@ -36,12 +37,14 @@ QUANTITIES = {
     "zero3_over_ptdp": "ZeRO-3 / PTD-P TFLOP/s per GPU",
     "serving_output_tokens_per_s": "output tokens/s (saturation)",
     "compile_speedup": "torch.compile / eager tokens/s",
+    "layer_ms": "layer forward + backward time",
 }
 
 SOURCES = (
     ("n21_t1_", "Narayanan et al. 2021 Table 1 (A100)"),
     ("meg_readme_", "Megatron-LM README weak scaling (H100)"),
     ("k22_t5_", "Korthikanti et al. 2022 Table 5 (A100)"),
+    ("k22_t4_", "Korthikanti et al. 2022 Table 4 (A100, one 22B layer)"),
     ("k22_s63_", "Korthikanti et al. 2022 section 6.3 (A100)"),
     ("tt24_", "torchtitan Llama 3.1 H100 benchmarks, Dec 2024"),
     ("tto_", "torchtitan docs/performance.md (H100, A100)"),
@@ -113,5 +116,6 @@ def validation_report() -> list[ValidationRow]:
         for case in by_case if case.startswith("tt24_") and case.endswith("_compile") and case[: -len("_compile")] in by_case}
     groups[(source_of("sglang"), QUANTITIES["serving_output_tokens_per_s"])] = {
         row.case_id: row.relative_error() for row in serving_predictions()}
+    groups[(source_of("k22_t4_"), QUANTITIES["layer_ms"])] = table4_errors()
     rows += [_row(source, quantity, "out-of-sample", errors) for (source, quantity), errors in groups.items()]
     return rows

@@ -17,11 +17,13 @@ Tolerances, per row (``tolerance_pct`` and ``tolerance_kind`` in the data files)
   the test catches a change that makes the row worse; it is NOT an accuracy claim.
 
 Korthikanti et al. 2022 Table 5 (8 iteration times on A100), out of sample: mean |error|
-5.4%, max 10.6% (1T, full recomputation; the first model: 10.6% / 18.2%). The target, mean
-<= 3.5% and max <= 8%, is not reached: ``test_table5_meets_the_v2_target`` stays a strict
-xfail (it fails loudly, as XPASS, the day the model reaches it). The 1T rows are the worst:
-the same 1T layout ran 8.7% faster in Korthikanti 2022 (94.42 s, 177 TFLOP/s) than in
-Narayanan 2021 (163 TFLOP/s), which the Ampere fraction is fitted on.
+4.0%, max 7.3% (1T, full recomputation; the operator-level model before issue 13's second
+pass: 5.4% / 10.6%; the first model: 10.6% / 18.2%). The max meets the target (<= 8%), the
+mean does not (<= 3.5%): ``test_table5_meets_the_v2_target`` stays a strict xfail (it fails
+loudly, as XPASS, the day the model reaches it). The 1T rows are the worst: the same 1T
+layout ran 8.7% faster in Korthikanti 2022 (94.42 s, 177 TFLOP/s) than in Narayanan 2021
+(163 TFLOP/s), which the Ampere fraction is fitted on; the 2022 code's asynchronous backward
+all-reduces and fused gradient accumulation (both modelled) explain about 5 of those points.
 
 Rows of the calibration set the model cannot express (context or expert parallelism,
 torch.compile, async TP, GPUs outside the catalog, unstated sequence lengths, end-to-end
@@ -45,10 +47,10 @@ from out_of_sample import (
     table5_runs,
 )
 
-TABLE5_MEAN_REGRESSION_BOUND = 0.07
-"""Recorded mean |error| over the eight Table 5 rows 5.4% (operator-level model), plus ~1.5 points."""
-TABLE5_MAX_REGRESSION_BOUND = 0.14
-"""Recorded max |error| 10.6% (1T full recomputation), plus ~3.5 points."""
+TABLE5_MEAN_REGRESSION_BOUND = 0.055
+"""Recorded mean |error| over the eight Table 5 rows 4.0% (issue 13 second pass), plus ~1.5 points."""
+TABLE5_MAX_REGRESSION_BOUND = 0.10
+"""Recorded max |error| 7.3% (1T full recomputation), plus ~2.5 points."""
 
 SHARED_CALIBRATION = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "published-runs.csv"
 

@@ -112,7 +112,7 @@ def test_every_keys_best_table_item_equals_estimate_of_its_plan(name):
         seconds = 1.0 / estimate.tokens_per_s if serving else values["step_time_s"]
         if not serving:
             assert problem.state.time_s[key, state] == pytest.approx(values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"], rel=1e-9, abs=1e-15), where
-            assert problem.activation.time_s[key, activation] == pytest.approx(values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"], rel=1e-9), where
+            assert problem.activation.time_s[key, activation] == pytest.approx(values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"] + values["pipeline_parallel_s"], rel=1e-9), where
         assert abs(ticks * problem.tick_s - seconds) <= 1.0 * problem.tick_s + 1e-9 * seconds, (where, ticks * problem.tick_s, seconds)
 
 

@@ -409,10 +409,11 @@ def test_pipeline_bubble(llama70, b200):
 def test_step_time_is_the_sum_of_its_terms_and_tokens_per_s_follows(llama70, b200):
     values = evaluate(llama70, b200, global_batch=64, tensor_parallel=2, pipeline_parallel=2, data_parallel=4,
                       zero_stage=1, offload=OFFLOAD_CPU, checkpoint_kind=CHECKPOINT_EVERY, checkpoint_every=2)
-    parts = values["compute_s"] + values["tensor_parallel_s"] + values["data_parallel_s"] + values["offload_s"]
+    parts = (values["compute_s"] + values["tensor_parallel_s"] + values["pipeline_parallel_s"] + values["data_parallel_s"]
+             + values["offload_s"])
     assert values["step_time_s"] == pytest.approx(parts, rel=REL)
     assert values["tokens_per_s"] == pytest.approx(64 * 4096 / values["step_time_s"], rel=REL)
-    assert all(values[name] > 0 for name in ("compute_s", "tensor_parallel_s", "data_parallel_s", "offload_s"))
+    assert all(values[name] > 0 for name in ("compute_s", "tensor_parallel_s", "pipeline_parallel_s", "data_parallel_s", "offload_s"))
     total = sum(values[name] for name in MEMORY_TERMS)
     assert values["total_bytes"] == pytest.approx(total, rel=REL)
     assert values["headroom_fraction"] == pytest.approx(1 - total / b200.memory_bytes, rel=REL)

@@ -8,7 +8,7 @@ For a fixed key (gpu, gpus, tp, cp, pp, dp, precision, micro_batch):
   checkpointing, flash_attention, sequence_parallel, virtual_stages) + a constant
   (logits + reserve);
 - step time = state time (data_parallel_s + offload_s + optimizer_step_s) + activation time (compute_s +
-  tensor_parallel_s + context_parallel_s).
+  tensor_parallel_s + context_parallel_s + expert_parallel_s + pipeline_parallel_s).
 
 So the solver can pick a state row and an activation row from two tables per key and add
 them. Each example draws a key, two state choices A, B and two activation choices X, Y, and
@@ -35,7 +35,8 @@ MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "gpt3-175b", "deepsee
 GPUS = ("b200", "h100", "a100-80gb")
 STATE_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
 STATE_OUTPUTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "host_bytes_per_node", "nvme_bytes_per_node", "data_parallel_s", "offload_s", "optimizer_step_s")
-ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "expert_parallel_s", "bubble_fraction")
+ACTIVATION_OUTPUTS = ("activations_bytes", "compute_s", "tensor_parallel_s", "context_parallel_s", "expert_parallel_s", "pipeline_parallel_s",
+                      "bubble_fraction")
 CONSTANT_OUTPUTS = ("logits_bytes", "reserve_bytes", "micro_batches", "capacity_bytes")
 
 
@@ -124,7 +125,8 @@ def test_memory_and_step_time_split_into_state_and_activation_parts(data):
     state_bytes = sum(values[name] for name in STATE_PARTS)
     constant_bytes = values["logits_bytes"] + values["reserve_bytes"]
     state_time = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
-    activation_time = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
+    activation_time = (values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
+                       + values["pipeline_parallel_s"])
     for row in range(4):
         assert_close(values["total_bytes"][row], state_bytes[row] + values["activations_bytes"][row] + constant_bytes[row], "total_bytes")
         assert_close(values["step_time_s"][row], state_time[row] + activation_time[row], "step_time_s")
@@ -145,7 +147,7 @@ def test_the_sum_of_parts_recombines_across_rows(data):
     assert_close(values["total_bytes"][ay], state_bytes + values["activations_bytes"][by] + constant, "total_bytes")
     state_time = values["data_parallel_s"][ax] + values["offload_s"][ax] + values["optimizer_step_s"][ax]
     activation_time = (values["compute_s"][by] + values["tensor_parallel_s"][by] + values["context_parallel_s"][by]
-                       + values["expert_parallel_s"][by])
+                       + values["expert_parallel_s"][by] + values["pipeline_parallel_s"][by])
     assert_close(values["step_time_s"][ay], state_time + activation_time, "step_time_s")
 
 

@@ -64,8 +64,8 @@ class GemmGeneration:
     source: str
 
 
-FITTED_A100 = 0.7275
-FITTED_H100 = 0.675
+FITTED_A100 = 0.7475
+FITTED_H100 = 0.6775
 
 GENERATIONS = {
     "ampere": GemmGeneration(

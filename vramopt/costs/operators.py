@@ -149,15 +149,17 @@ def _pass_seconds(gpu, peak, tokens, n, k, count, trainable_fraction, batch=1.0)
 def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens, trainable_fraction: float, linear_parameters: float,
                    stage: str = "last"):
     """GEMM seconds for ``tokens`` tokens on one rank: (layers forward, layers backward, head
-    forward, head backward) of the last stage, scaled so the forward FLOPs are
-    ``2 * linear_parameters`` per token."""
+    forward, head backward, the column-parallel layers' weight gradients) of the last stage,
+    scaled so the forward FLOPs are ``2 * linear_parameters`` per token. The last is the window
+    behind which Megatron-LM runs each column-parallel linear's input-gradient collective
+    (costs/overlap.py)."""
     t = columns.tensor_parallel.astype(float)
     peak = linear_peak(gpu, columns.precision)
     dense, moe = layer_gemms(model)
     layout = ParallelLayout.from_columns(columns)
     ep = np.asarray(layout.expert_parallel, dtype=float)
     etp = np.asarray(layout.expert_tensor_parallel, dtype=float)
-    forward = backward = 0.0
+    forward = backward = column_weight_gradient = 0.0
     shape_flops = 0.0
     for multiplier, n, k, count, sharded, batch in dense + moe:
         split, rank_multiplier, rank_count, rank_batch = t, multiplier, count, batch
@@ -170,6 +172,9 @@ def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens,
         n_rank, k_rank = (n / split, k) if sharded == 0 else (n, k / split)
         fwd, bwd = _pass_seconds(gpu, peak, tokens * rank_multiplier, n_rank, k_rank, rank_count, trainable_fraction, rank_batch)
         forward, backward = forward + fwd, backward + bwd
+        if sharded == 0:  # column-parallel (QKV, MLP up/gate, expert up): tp splits n
+            column_weight_gradient = column_weight_gradient + trainable_fraction * gemm_seconds(
+                gpu, peak, k_rank, n_rank, tokens * rank_multiplier, rank_count, rank_batch)
         shape_flops += 2.0 * multiplier * n * k * count
     layers = timed_stage_layers(model, columns, stage)  # layers / pp for even stages
     head_forward, head_backward = _pass_seconds(gpu, peak, tokens, model.vocab_size / t, model.hidden_size, 1.0, trainable_fraction)
@@ -178,7 +183,8 @@ def linear_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, tokens,
     head_flops = 2.0 * model.vocab_size * model.hidden_size
     # Scale forward FLOPs to the exact parameter count (norms, biases, MLA's low-rank shapes).
     scale = 2.0 * linear_parameters / (model.layers * shape_flops + head_flops)
-    return scale * layers * forward, scale * layers * backward, scale * head_forward, scale * head_backward
+    return (scale * layers * forward, scale * layers * backward, scale * head_forward, scale * head_backward,
+            scale * layers * column_weight_gradient)
 
 
 def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int, stage: str = "last"):
@@ -294,7 +300,7 @@ def micro_batch_operator_seconds(
     """Forward + backward + recomputation of one micro-batch on one GPU (one cp rank of one
     stage), split by operator class; ``compute_s`` is their sum."""
     tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
-    layer_forward, layer_backward, head_forward, head_backward = (
+    layer_forward, layer_backward, head_forward, head_backward, column_weight_gradient = (
         part * (1.0 + compute_overhead_fraction)
         for part in linear_seconds(model, gpu, columns, tokens, trainable_fraction, linear_parameters, stage)
     )
@@ -311,6 +317,7 @@ def micro_batch_operator_seconds(
     return {
         "linear_s": linear,
         "linear_backward_s": layer_backward + head_backward,
+        "column_weight_gradient_s": column_weight_gradient,
         "attention_s": attention,
         "elementwise_s": other,
         "recompute_s": recompute,

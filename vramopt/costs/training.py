@@ -7,11 +7,11 @@ coefficient tables and the exhaustive enumerator. It takes many plans at once
 Step time (DESIGN.md section 3), for m micro-batches per step, p stages, v virtual stages:
 ``(compute + exposed tensor-parallel comm per micro-batch) * (m + (p-1)/v)`` (1F1B, and the
 interleaved schedule's bubble (p-1)/(v*m), Narayanan et al. 2021 section 2.2)
-``+ exposed data-parallel comm + offload transfers + optimizer step``. Compute is
-operator-level (costs/operators.py: GEMMs by shape, attention core, memory-bound kernels,
-recomputation) for the slowest (last) stage; exposed communication in costs/overlap.py; the
-optimizer step in costs/optimizer_step.py. Not modelled: the data loader, pipeline
-point-to-point sends (small beside a stage's compute at the layouts vramopt plans).
+``+ pipeline point-to-point + exposed data-parallel comm + offload transfers + optimizer step``.
+Compute is operator-level (costs/operators.py: GEMMs by shape, attention core, memory-bound
+kernels, recomputation) for the slowest (last) stage; exposed communication in
+costs/overlap.py; the activations sent between pipeline stages in costs/pipeline_p2p.py; the
+optimizer step in costs/optimizer_step.py. Not modelled: the data loader.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from vramopt.costs.activations import activation_shape
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.columns import PlanColumns
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.communication import (
     data_parallel_seconds_per_step,
     group_bandwidth,
@@ -46,9 +46,10 @@ from vramopt.costs.memory import (
 )
 from vramopt.costs.offload import offload_seconds_per_step
 from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes
-from vramopt.costs.optimizer_step import optimizer_step_seconds
+from vramopt.costs.optimizer_step import optimizer_step_seconds, unfused_accumulation_seconds
 from vramopt.costs.operators import eager_elementwise_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
+from vramopt.costs.pipeline_p2p import pipeline_p2p_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -84,6 +85,23 @@ class TrainingCase:
     framework: str = "generic"
     """Whose model-state accounting applies (vramopt/frameworks/memory.py): 'generic',
     'deepspeed', 'megatron' or 'torchtitan'."""
+    tensor_parallel_backward_overlap: bool = False
+    """Megatron-LM's asynchronous input-gradient all-reduce / reduce-scatter of the column-parallel
+    linears beside their weight-gradient GEMMs (``--async-tensor-model-parallel-allreduce``, on by
+    default since September 2021). costs/overlap.py."""
+    fp32_gradient_buffer: bool = False
+    """Gradients accumulate in an fp32 buffer that the step reads, zeroes and follows with a
+    separate master-to-model copy (Megatron-LM with bf16). costs/optimizer_step.py."""
+    unfused_gradient_accumulation: bool = False
+    """Gradients of micro-batches after the first are added to the accumulated ones in a separate
+    elementwise pass (PyTorch autograd; Megatron-LM 2021 in fp16) instead of inside the
+    weight-gradient GEMM; its time is counted with the optimizer step. costs/optimizer_step.py."""
+    parameter_gather_overlap: bool = False
+    """ZeRO 1-2's parameter all-gather runs beside the next step's first forward (Megatron-Core
+    distributed optimizer ``--overlap-param-gather``). costs/overlap.py."""
+    pipeline_p2p_overlap: bool = False
+    """The framework overlaps the pipeline's point-to-point transfers with compute (Megatron-Core
+    ``--overlap-p2p-communication``, interleaved schedule only). costs/pipeline_p2p.py."""
     eager_kernels: bool = False
     """The norms, activation, rotary and loss run as separate eager PyTorch kernels (torchtitan
     without torch.compile) rather than fused ones (costs/operators.py eager_elementwise_extra_seconds)."""
@@ -136,7 +154,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
                              + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / columns.context_parallel
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
-        tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap
+        tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap, case.tensor_parallel_backward_overlap,
+        columns.sequence_parallel, columns.checkpoint_kind == CHECKPOINT_EVERY, operators["column_weight_gradient_s"],
     )
     ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
     layout = ParallelLayout.from_columns(columns)
@@ -144,6 +163,9 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     expert = all_to_all_seconds_per_micro_batch(model, gpu, columns, seq_len)  # 0 without expert parallelism
     expert = exposed_all_to_all_seconds(expert, compute_per_micro_batch, columns, micro_batches)  # combined 1F1B
     pipeline_seconds = (compute_per_micro_batch + tensor_parallel_per_micro_batch + ring["ring_exposed_s"] + expert) * slots
+    # Activations and their gradients between stages (0 at pp = 1): on the schedule's
+    # critical path unless the framework overlaps them (costs/pipeline_p2p.py).
+    p2p = pipeline_p2p_seconds(model, gpu, columns, seq_len, micro_batches, compute_per_micro_batch, case.pipeline_p2p_overlap)
     data_parallel_total = data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
     )
@@ -154,7 +176,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     # part, the split the solver's tables add (tests/unit/test_separability.py).
     data_parallel_seconds = exposed_data_parallel_seconds(
         data_parallel_total, data_parallel_bandwidth, operators["linear_backward_s"], operators["linear_s"],
-        micro_batches, columns.zero_stage, case.data_parallel_overlap,
+        micro_batches, columns.zero_stage, case.data_parallel_overlap, case.parameter_gather_overlap,
     )
     # ZeRO shards (and what offload moves) are cut from the parameters without expert
     # parallelism: expert states shard over dp x cp / ep (costs/expert_parallel.py).
@@ -165,9 +187,13 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     # The optimizer step and the gradient-norm pass on this GPU's ZeRO shard (costs/optimizer_step.py).
     optimizer_shard = sharded_gpu * case.trainable_fraction / layout.optimizer_zero_shards(columns.zero_stage)
     optimizer_step_seconds_value = optimizer_step_seconds(
-        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision]
+        model, gpu, columns, optimizer_shard, PRECISION_BYTES[columns.precision], PRECISION_BYTES[columns.precision],
+        case.fp32_gradient_buffer,
     )
-    step_time = pipeline_seconds + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
+    if case.unfused_gradient_accumulation:
+        optimizer_step_seconds_value = optimizer_step_seconds_value + unfused_accumulation_seconds(
+            gpu, params_gpu * case.trainable_fraction, PRECISION_BYTES[columns.precision], micro_batches)
+    step_time = pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 
     tokens_per_step = float(case.global_batch * seq_len)
     peak = peak_flops_per_s(gpu, columns.precision)
@@ -198,6 +224,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         context_parallel_s=ring["ring_exposed_s"] * slots,
         context_parallel_transfer_s=ring["ring_transfer_s"] * slots,
         expert_parallel_s=expert * slots,
+        pipeline_parallel_s=p2p["exposed_s"],
+        pipeline_parallel_transfer_s=p2p["transfer_s"],
         data_parallel_s=data_parallel_seconds,
         data_parallel_transfer_s=data_parallel_total,
         tensor_parallel_transfer_s=tensor_parallel_total * slots,

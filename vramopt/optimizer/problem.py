@@ -252,7 +252,8 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
-            seconds[rows] = values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
+            seconds[rows] = (values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
+                             + values["pipeline_parallel_s"])
             ok = np.ones(key_of_row.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])

@@ -57,6 +57,8 @@ def table2_runs() -> tuple[PublishedRun, ...]:
             global_batch=int(row["global_batch"]), plan=plan, tolerance=None, tolerance_kind="", source=row["source"],
             # DeepSpeed overlaps ZeRO-3's gathers and reductions; Megatron-LM 2021's local DDP does not.
             data_parallel_overlap=zero3,
+            # Megatron-LM 2021 (fp16) adds each micro-batch's gradients in a separate pass.
+            unfused_gradient_accumulation=not zero3,
         ))
     return tuple(runs)
 

@@ -76,13 +76,28 @@ class PublishedRun:
     """False for Megatron-LM 2021-2022 (local DDP, all-reduce after the backward)."""
     tensor_parallel_overlap: bool = False
     """True where the source says the runs overlap TP communication (Megatron-Core README)."""
+    tensor_parallel_backward_overlap: bool = False
+    """True for Megatron-LM from September 2021 (asynchronous input-gradient all-reduce)."""
+    parameter_gather_overlap: bool = False
+    """True for Megatron-Core's distributed optimizer with --overlap-param-gather."""
+    fp32_gradient_buffer: bool = False
+    """True for bf16 Megatron-LM (gradients accumulated in an fp32 main_grad buffer)."""
+    unfused_gradient_accumulation: bool = False
+    """True for Megatron-LM 2021 (fp16, no gradient-accumulation fusion)."""
+    pipeline_p2p_overlap: bool = False
+    """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
     """True for torchtitan runs without torch.compile (separate eager element-wise kernels)."""
 
     def evaluate(self) -> dict[str, float]:
         case = TrainingCase(model=self.model, gpu=load_gpu(self.gpu), seq_len=self.seq_len, global_batch=self.global_batch,
                             data_parallel_overlap=self.data_parallel_overlap,
-                            tensor_parallel_overlap=self.tensor_parallel_overlap, eager_kernels=self.eager_kernels)
+                            tensor_parallel_overlap=self.tensor_parallel_overlap,
+                            tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap,
+                            parameter_gather_overlap=self.parameter_gather_overlap, pipeline_p2p_overlap=self.pipeline_p2p_overlap,
+                            fp32_gradient_buffer=self.fp32_gradient_buffer,
+                            unfused_gradient_accumulation=self.unfused_gradient_accumulation,
+                            eager_kernels=self.eager_kernels)
         columns = check_plan(case, self.plan)
         return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
 
@@ -144,7 +159,9 @@ def korthikanti_runs() -> tuple[PublishedRun, ...]:
                 gpu=row["gpu"], gpus=int(row["gpus"]), tensor_parallel=int(row["tensor_parallel"]),
                 pipeline_parallel=int(row["pipeline_parallel"]), virtual_stages=int(row["virtual_stages"]),
                 zero_stage=int(row["zero_stage"]), checkpointing=row["checkpointing"], precision=row["precision"],
-                grad_comm_precision=row["precision"], offload="none", flash_attention=_flag(row["flash_attention"]),
+                # bf16 Megatron-LM all-reduces the gradients in fp32 (megatron/arguments.py, 2022).
+                grad_comm_precision="fp32" if row["precision"] == "bf16" else row["precision"], offload="none",
+                flash_attention=_flag(row["flash_attention"]),
                 sequence_parallel=_flag(row["sequence_parallel"]), micro_batch=int(row["micro_batch"]),
             )
             runs.append(PublishedRun(
@@ -154,6 +171,11 @@ def korthikanti_runs() -> tuple[PublishedRun, ...]:
                 tolerance=_tolerance(row), tolerance_kind=row.get("tolerance_kind", ""), source=row["source"],
                 # Korthikanti et al. 2022 section 6.3: "the gradient all-reduce is not overlapped".
                 data_parallel_overlap=False,
+                # Its Megatron-LM (2022) runs the backward's input-gradient collectives beside the
+                # weight-gradient GEMMs (--async-tensor-model-parallel-allreduce, default on).
+                tensor_parallel_backward_overlap=True,
+                # bf16 Megatron-LM accumulates gradients in an fp32 main_grad buffer.
+                fp32_gradient_buffer=True,
             ))
     return tuple(runs)
 
@@ -185,8 +207,11 @@ def calibration_runs() -> tuple[PublishedRun, ...]:
             case_id=row["case_id"], metric=row["metric"], published=float(row["published"]), model=_model(row["model"]),
             gpu=row["gpu"], seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]), plan=plan,
             tolerance=_tolerance(row), tolerance_kind=row.get("tolerance_kind", ""), source=row["source"],
-            # Megatron-LM README: the H100 weak-scaling runs overlap TP, DP and PP communication.
+            # Megatron-LM README: the H100 weak-scaling runs overlap TP (--tp-comm-overlap), DP
+            # (--overlap-grad-reduce, --overlap-param-gather) and PP (default) communication.
             tensor_parallel_overlap=row["case_id"].startswith("meg_readme_"),
+            parameter_gather_overlap=row["case_id"].startswith("meg_readme_"),
+            pipeline_p2p_overlap=row["case_id"].startswith("meg_readme_"),
             # The Dec 2024 torchtitan benchmarks give each plan without and with torch.compile (case
             # ids ending in _compile); docs/performance.md (tto_) does not say, so its rows keep fused kernels.
             eager_kernels=row["case_id"].startswith("tt24_") and not row["case_id"].endswith("_compile"),
