@@ -93,8 +93,13 @@ def test_bulk_model_is_the_per_literal_model(workload, space):
         add_throughput_target(variables)
         variables.add_hint(reduced.hint)
         objectives = []
-        for expression in stage_expressions(variables):
-            variables.cp.minimize(expression)
+        for stage in stage_expressions(variables):
+            if capacity is None:
+                stage.minimize_in(variables.cp)
+                stage.fix_in(variables.cp, 12345)
+            else:  # ddf2610: cp.minimize(expression), cp.add(expression == value)
+                variables.cp.minimize(stage.expression())
+                variables.cp.add(stage.expression() == 12345)
             objectives.append(str(variables.cp.proto.objective))
         built.append((unnamed(variables.cp.proto), objectives))
     (new, new_objectives), (old, old_objectives) = built

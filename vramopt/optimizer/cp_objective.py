@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from vramopt.optimizer import cost_objective
@@ -32,25 +33,30 @@ def stage_expressions(variables: CpVariables) -> list:
     key_terms = list(variables.key_literals.items())
     state_terms = list(variables.state_literals.items())
     activation_terms = list(variables.activation_literals.items())
+    # Each coefficient family read from the tables in one gather per group.
+    keys = [key for key, _ in key_terms]
+    key_literals = [literal for _, literal in key_terms]
+    state_keys, state_items = [key for (key, _), _ in state_terms], [item for (_, item), _ in state_terms]
+    activation_keys, activation_items = [key for (key, _), _ in activation_terms], [item for (_, item), _ in activation_terms]
+    state_literals = [literal for _, literal in state_terms]
+    activation_literals = [literal for _, literal in activation_terms]
     constants = constant_mib(problem)
-    gpus = [(int(problem.keys["gpus"][key]), literal) for key, literal in key_terms]
+    gpus = list(zip(problem.keys["gpus"][keys].tolist(), key_literals))
     memory = (
-        [(int(constants[key]), literal) for key, literal in key_terms]
-        + [(int(problem.state.memory_mib[key, item]), literal) for (key, item), literal in state_terms]
-        + [(int(problem.activation.memory_mib[key, item]), literal) for (key, item), literal in activation_terms]
+        list(zip(constants[keys].tolist(), key_literals))
+        + list(zip(problem.state.memory_mib[state_keys, state_items].tolist(), state_literals))
+        + list(zip(problem.activation.memory_mib[activation_keys, activation_items].tolist(), activation_literals))
     )
     activation_count = len(problem.activation.values)
     state_count = len(problem.state.values)
-    position = {key: index for index, (key, _) in enumerate(key_terms)}
     rank = (
-        [(position[key] * state_count * activation_count, literal) for key, literal in key_terms]
-        + [(item * activation_count, literal) for (key, item), literal in state_terms]
-        + [(item, literal) for (key, item), literal in activation_terms]
+        [(index * state_count * activation_count, literal) for index, literal in enumerate(key_literals)]
+        + [(item * activation_count, literal) for item, literal in zip(state_items, state_literals)]
+        + list(zip(activation_items, activation_literals))
     )
-    item_keys = [key for (key, _) in variables.state_literals] + [key for (key, _) in variables.activation_literals]
-    ticks = [(int(problem.state.time_ticks[key, item]), literal) for (key, item), literal in state_terms] + [
-        (int(problem.activation.time_ticks[key, item]), literal) for (key, item), literal in activation_terms
-    ]
+    item_keys = state_keys + activation_keys
+    ticks = (list(zip(problem.state.time_ticks[state_keys, state_items].tolist(), state_literals))
+             + list(zip(problem.activation.time_ticks[activation_keys, activation_items].tolist(), activation_literals)))
     group_of = {literal.index: "key" for _, literal in key_terms}
     group_of.update({literal.index: "state" for _, literal in state_terms})
     group_of.update({literal.index: "activation" for _, literal in activation_terms})
@@ -62,13 +68,50 @@ def stage_expressions(variables: CpVariables) -> list:
     if objective == "throughput":
         return [_linear(ticks)] + tie_breaks([gpus, memory, rank])
     if objective == "per-gpu":
-        scaled = [(int(problem.keys["gpus"][key]) * coefficient, literal) for (coefficient, literal), key in zip(ticks, item_keys)]
+        scaled = [(count * coefficient, literal) for (coefficient, literal), count in zip(ticks, problem.keys["gpus"][item_keys].tolist())]
         return [_linear(scaled)] + tie_breaks([gpus, memory, rank])
     return [_linear(gpus), _linear(ticks)] + tie_breaks([memory, rank])
 
 
-def _linear(terms: list) -> cp_model.LinearExpr:
-    return cp_model.LinearExpr.weighted_sum([literal for _, literal in terms], [coefficient for coefficient, _ in terms])
+class StageObjective:
+    """One stage's linear expression over literals, flattened as CP-SAT flattens it (equal
+    literals merged, zero coefficients dropped, literals in index order) and written into the
+    proto in bulk: ``cp.minimize`` appended the literals one Python call each."""
+
+    __slots__ = ("terms", "indices", "coefficients")
+
+    def __init__(self, terms: list) -> None:
+        self.terms = terms
+        indices = np.array([literal.index for _, literal in terms], dtype=np.int64)
+        coefficients = np.array([coefficient for coefficient, _ in terms], dtype=np.int64)
+        merged, position = np.unique(indices, return_inverse=True)
+        summed = np.zeros(len(merged), dtype=np.int64)
+        np.add.at(summed, position.reshape(-1), coefficients)
+        kept = summed != 0
+        self.indices, self.coefficients = merged[kept].tolist(), summed[kept].tolist()
+
+    def expression(self) -> cp_model.LinearExpr:
+        return cp_model.LinearExpr.weighted_sum([literal for _, literal in self.terms], [coefficient for coefficient, _ in self.terms])
+
+    def minimize_in(self, cp: cp_model.CpModel) -> None:
+        """What ``cp.minimize(self.expression())`` writes."""
+        cp.clear_objective()
+        objective = cp.proto.objective
+        objective.vars.extend(self.indices)
+        objective.scaling_factor = 1.0
+        objective.offset = 0
+        objective.coeffs.extend(self.coefficients)
+
+    def fix_in(self, cp: cp_model.CpModel, value: int) -> None:
+        """Add ``expression == value`` (a later stage keeps this one's optimum)."""
+        linear = cp.proto.constraints.add().linear
+        linear.vars.extend(self.indices)
+        linear.coeffs.extend(self.coefficients)
+        linear.domain.extend([value, value])
+
+
+def _linear(terms: list) -> StageObjective:
+    return StageObjective(terms)
 
 
 def _value_spread(terms: list, group_of: dict[int, str]) -> int:

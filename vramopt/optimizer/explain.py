@@ -19,7 +19,7 @@ from vramopt.hardware import all_gpus
 from vramopt.optimizer.cancel import check_cancelled
 from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
-from vramopt.optimizer.problem import Problem, build_problem
+from vramopt.optimizer.problem import Problem, probe_problem
 from vramopt.optimizer.deadline import deadline_reason, smallest_count_meeting_deadline
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
@@ -70,10 +70,10 @@ def _try(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> Pr
     if deadline.passed():
         return None
     try:
-        problem = build_problem(workload, space)
+        problem = probe_problem(workload, space)  # None when no key's model state fits
     except VramoptError:
         return None
-    return problem if (lower_bounds(problem) < UNREACHABLE).any() else None
+    return problem if problem is not None and (lower_bounds(problem) < UNREACHABLE).any() else None
 
 
 def _summary(problem: Problem, choice: Choice | None) -> str:

@@ -73,8 +73,21 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     return with_cost_objective(reduction_for(REDUCTIONS, workload).apply(workload, space))
 
 
-def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Problem:
-    """Keys, state and activation tables of a training workload (fields already checked)."""
+def probe_problem(workload, space: SearchSpace) -> Problem | None:
+    """``build_problem``, or None as soon as the state table shows that no key fits: the
+    relaxation probes (optimizer/explain.py) only ask whether a plan fits, and a key whose
+    leanest model state alone exceeds its budget fits with no activation item (activation
+    memory is never negative), so its activation table need not be built."""
+    if not isinstance(workload, TrainingWorkload):
+        return build_problem(workload, space)
+    check_workload_fields(workload.kind, space)
+    problem = build_training_problem(workload, space, only_if_states_fit=True)
+    return None if problem is None else with_cost_objective(problem)
+
+
+def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_if_states_fit: bool = False) -> Problem | None:
+    """Keys, state and activation tables of a training workload (fields already checked);
+    with ``only_if_states_fit``, None when no key's leanest state fits its budget."""
     check_space(space, workload)
     space = space_for_framework(space)  # the framework's default domains; a pin it cannot run is refused
     model = load_model(workload.model)
@@ -116,11 +129,12 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace) -> Pr
     check_table_size(key_count, max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
     constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
-    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
-
     capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
     budget_bytes = capacity * (1.0 - workload.headroom_fraction)
     budget_mib = np.floor(budget_bytes / BYTES_PER_MIB).astype(np.int64) - mib_ceil_array(constant)
+    if only_if_states_fit and not (np.where(state.valid, state.memory_mib, np.iinfo(np.int64).max).min(axis=1) <= budget_mib).any():
+        return None
+    _, activation = _evaluate_group(cases, keys, activation_values, "activation", choices, space.framework)
 
     tick_s = _tick(state, activation)
     state = _with_ticks(state, tick_s)

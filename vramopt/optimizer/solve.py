@@ -131,7 +131,7 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
                 return CpOutcome(None, "timed_out", 1.0, len(reduced.keys), model.count())
             status = "feasible" if status == "optimal" else status
             break
-        model.cp.minimize(expression)
+        expression.minimize_in(model.cp)
         if index == 0 and problem.space.objective in INCUMBENT_BOUNDED:
             incumbent = hint_value(model, reduced.hint)
             if incumbent is not None:
@@ -152,7 +152,7 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
         key, state, activation = model.chosen(solver)
         choice = Choice(key, state, activation, objective_of(problem, key, state, activation))
         # Fix this stage's optimum, then hint the solution for the next stage.
-        model.cp.add(expression == value)
+        expression.fix_in(model.cp, value)
         if index + 1 < len(stages):
             fix_unreachable(model, value)
         model.hint_solution(solver)
