@@ -4,6 +4,8 @@ source naming the release, the neutral plan runs everywhere, and the known wrong
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,19 @@ def test_the_api_takes_the_framework_in_solve_and_estimate_requests():
     assert api.EstimateRequest.from_dict({**request, "framework": "megatron"}).to_dict()["framework"] == "megatron"
     solved = api.solve({"workload": {"model": "8b", "global_batch": 64}, "space": {"gpus": ["h100"], "max_gpus": 8, "framework": "megatron"}})
     assert solved.data["plan"]["zero_stage"] <= 1
+
+
+@pytest.mark.parametrize(("framework", "change", "rule"), [
+    ("deepspeed", {"context_parallel": 2, "gpus": 2}, "no ring-attention context parallelism"),
+    ("megatron", {"optimizer": "adam8bit"}, "--optimizer takes adam or sgd"),
+    ("torchtitan", {"optimizer": "adafactor", "zero_stage": 3, "grad_comm_precision": "fp32"}, "the optimizer is Adam or AdamW"),
+])
+def test_a_techniques_declared_framework_rule_refuses_the_plan(framework, change, rule):
+    """The refusals that live with their technique (Contribution.framework_rules) are the
+    framework's rules like any other (DeepSpeed 0.19.8 has no KV ring; Megatron-LM's
+    --optimizer choices; torchtitan's torch.optim Adam/AdamW)."""
+    from vramopt.estimate import estimate_training
+
+    plan = TrainingPlan(**{"gpu": "h100", "gpus": 1, **change})
+    with pytest.raises(InputError, match=re.escape(rule)):
+        estimate_training(TrainingWorkload(model="llama-3.1-8b", seq_len=8192, global_batch=8), plan, framework=framework)

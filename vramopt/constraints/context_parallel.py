@@ -158,6 +158,7 @@ CONTEXT_PARALLEL = Technique(
             "deepspeed": Export(apply=_deepspeed),
             "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),
         },
+        framework_rules=FRAMEWORK_RULES,
         sources=SOURCES,
     ),
     key_domain=KEY,
