@@ -94,7 +94,10 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     if expert > 1:
         arguments += ["--parallelism.expert_parallel_degree", str(expert)]
     if zero >= 2:
-        arguments += ["--parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never"]
+        # ZeRO-3 is FSDP2 under torchtitan's 'default' policy, the one its memory rule counts
+        # (frameworks/memory.py: [norm, lm_head] kept from the forward to the backward, and
+        # no resharding under pipeline parallelism); ZeRO-2 is 'never'.
+        arguments += ["--parallelism.fsdp_reshard_after_forward", "default" if zero == 3 else "never"]
     if tensor > 1:
         arguments.append("--parallelism.enable_sequence_parallel" if plan.get("sequence_parallel") else "--parallelism.no-enable-sequence-parallel")
     if pipeline > 1:
@@ -124,8 +127,12 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
         notes.append(f"precision {plan['precision']}: torchtitan's float8/NVFP4 linears are model converters set in a "
                      f"config_registry function (as {config}'s _mxfp8/_nvfp4 variants do); {config} itself trains in bf16")
     if kind == CHECKPOINT_SELECTIVE:
-        notes.append("checkpointing selective: torchtitan's SelectiveAC saves the matmul and attention outputs and "
-                     "recomputes the rest, close to but not the same bytes as the attention-core recomputation the plan counts")
+        if module != "llama3":  # DeepSeek-V3: experts and latent attention
+            notes.append("checkpointing selective: torchtitan's SelectiveAC (per-op, every second matmul recomputed) is counted "
+                         "for dense blocks only; this model's memory is vramopt's attention-core recomputation")
+        else:
+            notes.append("checkpointing selective: torchtitan's per-op SelectiveAC, counted as it keeps the outputs "
+                         "(wqkv, w1, w2, attention; wo and w3 recomputed: vramopt/frameworks/torchtitan_activations.py)")
     if workload in ("lora", "qlora"):
         notes.append(f"{workload}: torchtitan's LoRA component is set in the config function, not by these arguments")
     notes.append(f"tokenizer and weights: {config} reads hf_assets_path (set --hf_assets_path to the downloaded Hugging Face assets)")
