@@ -54,6 +54,37 @@ def _assumption(name: str) -> Any:
 class VllmExport(ExportResult):
     """vLLM engine arguments (``content``, EngineArgs names) and their notes."""
 
+    def file_text(self, path: str) -> str:
+        """The file ``path`` holds: the YAML ``vllm serve --config`` reads for a .yaml/.yml path
+        (vLLM refuses any other extension), the JSON of the EngineArgs keywords otherwise."""
+        return self.yaml_text() if path.lower().endswith((".yaml", ".yml")) else self.text()
+
+    def yaml_text(self) -> str:
+        """The arguments as the flat YAML mapping of ``vllm serve --config FILE``.
+
+        vLLM's reader (vllm/utils/argparse_utils.py ``FlexibleArgumentParser.load_config_file``)
+        ``yaml.safe_load``s one flat mapping and turns each ``key: value`` into ``--key value``:
+        ``true`` into the bare flag and ``false`` into nothing (so a switched-off boolean is
+        written as its ``no-`` flag, ``true``), any other value through ``str()``, so a nested
+        setting (``speculative-config``) is written as its JSON text. Keys are the kebab-case
+        flags of the command line; strings are double-quoted (JSON string syntax is YAML)."""
+        lines = ["# vllm serve --config FILE (written by vramopt --export vllm)"]
+        for name, value in self.content.items():
+            key = name.replace("_", "-")
+            if isinstance(value, bool):
+                lines.append(f"{key if value else 'no-' + key}: true")
+            elif isinstance(value, Mapping):
+                lines.append(f"{key}: {json.dumps(json.dumps(value, separators=(',', ':')))}")
+            elif isinstance(value, float):
+                # PyYAML reads '1e-05' as a string: write floats with a decimal point, no exponent.
+                text = repr(value)
+                lines.append(f"{key}: {text if 'e' not in text else format(value, '.20f').rstrip('0')}")
+            elif isinstance(value, int):
+                lines.append(f"{key}: {value}")
+            else:
+                lines.append(f"{key}: {json.dumps(str(value))}")
+        return "\n".join(lines) + "\n"
+
     def cli_text(self) -> str:
         """The equivalent ``vllm serve MODEL --flag value ...`` command line (one line)."""
         tokens = ["vllm", "serve", str(self.content["model"])]
