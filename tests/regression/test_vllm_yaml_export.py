@@ -62,12 +62,14 @@ def test_a_json_path_keeps_the_engine_args_json_and_vllm_refuses_it():
 
 def test_numbers_and_switched_off_booleans_survive_the_yaml():
     """Issue 15 item 2: a float written without a decimal exponent (PyYAML reads '1e-05' as a
-    string) and a false boolean as its ``no-`` flag (vLLM drops ``key: false``)."""
+    string), a false boolean as its ``no-`` flag (vLLM drops ``key: false``), and strings that
+    YAML would read as something else quoted."""
     yaml = pytest.importorskip("yaml")
     result = vllm_args(serving_response("solved"))
-    content = dict(result.content, gpu_memory_utilization=1e-05, enable_chunked_prefill=False)
+    content = dict(result.content, gpu_memory_utilization=1e-05, enable_chunked_prefill=False, model="on", dtype="2.5")
     loaded = yaml.safe_load(type(result)(content=content, notes=()).yaml_text())
     assert loaded["gpu-memory-utilization"] == 1e-05
+    assert loaded["model"] == "on" and loaded["dtype"] == "2.5"  # YAML would read them plain as a boolean and a number
     assert loaded["no-enable-chunked-prefill"] is True and "enable-chunked-prefill" not in loaded
 
 

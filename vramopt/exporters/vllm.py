@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,7 +68,8 @@ class VllmExport(ExportResult):
         ``true`` into the bare flag and ``false`` into nothing (so a switched-off boolean is
         written as its ``no-`` flag, ``true``), any other value through ``str()``, so a nested
         setting (``speculative-config``) is written as its JSON text. Keys are the kebab-case
-        flags of the command line; strings are double-quoted (JSON string syntax is YAML)."""
+        flags of the command line; a string is written plain when YAML reads it back as that
+        string, double-quoted (JSON string syntax, which is YAML) otherwise."""
         lines = ["# vllm serve --config FILE (written by vramopt --export vllm)"]
         for name, value in self.content.items():
             key = name.replace("_", "-")
@@ -82,7 +84,7 @@ class VllmExport(ExportResult):
             elif isinstance(value, int):
                 lines.append(f"{key}: {value}")
             else:
-                lines.append(f"{key}: {json.dumps(str(value))}")
+                lines.append(f"{key}: {_yaml_string(str(value))}")
         return "\n".join(lines) + "\n"
 
     def cli_text(self) -> str:
@@ -186,6 +188,17 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
     )
     notes.extend(launch_notes)
     return VllmExport(content=_in_argument_order(content), notes=tuple(notes))
+
+
+_YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
+"""Plain scalars YAML 1.1 (PyYAML's safe_load) reads as booleans or null."""
+
+
+def _yaml_string(text: str) -> str:
+    """``text`` as a YAML scalar that loads back as the same string."""
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_./-]*", text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)
 
 
 def _in_argument_order(content: dict[str, Any]) -> dict[str, Any]:
