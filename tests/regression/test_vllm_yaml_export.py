@@ -6,10 +6,13 @@ vLLM's reader is restated below from vllm-project/vllm vllm/utils/argparse_utils
 (``FlexibleArgumentParser.load_config_file``, commit c836a6feca5511c326b4369f6fd11cf72090665b):
 the extension must be yaml or yml, the file is ``yaml.safe_load``ed, and each key becomes
 ``--key``: a bool adds the bare flag when true and nothing when false, a list its items, any
-other value ``str(value)``. vLLM itself is not installed in the test environment."""
+other value ``str(value)``; then ``FlexibleArgumentParser.parse_args`` turns the underscores
+of each flag name (up to its first '.') into dashes. vLLM itself is not installed in the
+test environment."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -36,7 +39,10 @@ def vllm_load_config_file(file_path: str, text: str) -> list[str]:
                 processed.extend(str(item) for item in value)
         else:
             processed += ["--" + key, str(value)]
-    return processed
+    # parse_args: "Convert underscores to dashes ... in argument names" (the flags, not the values).
+    name = re.compile(r"(?<=--)[^\.]*")
+    return [name.sub(lambda match: match.group(0).replace("_", "-"), arg, count=1) if arg.startswith("--") else arg
+            for arg in processed]
 
 
 @pytest.mark.parametrize("name", SERVING_NAMES)
@@ -62,15 +68,15 @@ def test_a_json_path_keeps_the_engine_args_json_and_vllm_refuses_it():
 
 def test_numbers_and_switched_off_booleans_survive_the_yaml():
     """Issue 15 item 2: a float written without a decimal exponent (PyYAML reads '1e-05' as a
-    string), a false boolean as its ``no-`` flag (vLLM drops ``key: false``), and strings that
+    string), a false boolean as its ``no_`` flag (vLLM drops ``key: false``), and strings that
     YAML would read as something else quoted."""
     yaml = pytest.importorskip("yaml")
     result = vllm_args(serving_response("solved"))
     content = dict(result.content, gpu_memory_utilization=1e-05, enable_chunked_prefill=False, model="on", dtype="2.5")
     loaded = yaml.safe_load(type(result)(content=content, notes=()).yaml_text())
-    assert loaded["gpu-memory-utilization"] == 1e-05
+    assert loaded["gpu_memory_utilization"] == 1e-05
     assert loaded["model"] == "on" and loaded["dtype"] == "2.5"  # YAML would read them plain as a boolean and a number
-    assert loaded["no-enable-chunked-prefill"] is True and "enable-chunked-prefill" not in loaded
+    assert loaded["no_enable_chunked_prefill"] is True and "enable_chunked_prefill" not in loaded
 
 
 def test_the_cli_writes_yaml_for_a_yaml_path(tmp_path):
@@ -80,4 +86,4 @@ def test_the_cli_writes_yaml_for_a_yaml_path(tmp_path):
     outcome = invoke(["solve", "--workload", "infer", "--model", "8b", "--gpu", "h100", "--max-gpus", "1", "--export", "vllm", str(path)])
     assert outcome.exit_code == 0, outcome.output
     loaded = yaml.safe_load(path.read_text())
-    assert loaded["model"] == "llama-3.1-8b" and loaded["tensor-parallel-size"] == 1
+    assert loaded["model"] == "llama-3.1-8b" and loaded["tensor_parallel_size"] == 1

@@ -66,15 +66,17 @@ class VllmExport(ExportResult):
         vLLM's reader (vllm/utils/argparse_utils.py ``FlexibleArgumentParser.load_config_file``)
         ``yaml.safe_load``s one flat mapping and turns each ``key: value`` into ``--key value``:
         ``true`` into the bare flag and ``false`` into nothing (so a switched-off boolean is
-        written as its ``no-`` flag, ``true``), any other value through ``str()``, so a nested
-        setting (``speculative-config``) is written as its JSON text. Keys are the kebab-case
-        flags of the command line; a string is written plain when YAML reads it back as that
+        written as its ``no_`` flag, ``true``), any other value through ``str()``, so a nested
+        setting (``speculative_config``) is written as its JSON text. Keys are the EngineArgs
+        names, as in the JSON export: ``parse_args`` turns the underscores of every flag name
+        into dashes after reading the file (``--tensor_parallel_size`` is
+        ``--tensor-parallel-size``); a string is written plain when YAML reads it back as that
         string, double-quoted (JSON string syntax, which is YAML) otherwise."""
         lines = ["# vllm serve --config FILE (written by vramopt --export vllm)"]
         for name, value in self.content.items():
-            key = name.replace("_", "-")
+            key = name
             if isinstance(value, bool):
-                lines.append(f"{key if value else 'no-' + key}: true")
+                lines.append(f"{key if value else 'no_' + key}: true")
             elif isinstance(value, Mapping):
                 lines.append(f"{key}: {json.dumps(json.dumps(value, separators=(',', ':')))}")
             elif isinstance(value, float):
