@@ -11,17 +11,23 @@ measurements (issue 15 item 3). Prints three tables; nothing here was fitted to 
    not state the sequence length; both 2048 and 4096 are shown (an assumption either way).
    Compared without the framework reserve (torch.cuda.max_memory_allocated excludes the CUDA
    context and NCCL buffers), in GB (1e9) as printed.
-3. torchtitan's Llama 3.1 8B FSDP peak memory on H100 (pytorch/torchtitan
-   benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3; rows tt24_mem_8b_*), GiB.
+3. torchtitan's published peak memory (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md
+   Tables 1-6 and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md; every torchtitan row of
+   ../shared/calibration/published-runs.csv with a peak in GiB, copied with its source into
+   benchmarks/data/torchtitan_peak_memory.csv with the plan each maps to), GiB.
 
 Usage: python benchmarks/framework_memory_comparison.py
 """
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 
 from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NONE, OFFLOAD_NVME
+from vramopt.errors import VramoptError
 from vramopt.estimate import estimate_training
 from vramopt.frameworks.memory import deepspeed_model_state_terms
 from vramopt.types import TrainingPlan, TrainingWorkload
@@ -41,7 +47,7 @@ MEGATRON_ROWS = [  # name, dp, tp, pp, micro-batch, global batch, measured GB
     ("dp4 tp1 pp2 mbs2", 4, 1, 2, 2, 2048, 49.8),
     ("dp1 tp8 pp1 mbs4", 1, 8, 1, 4, 128, 28.8),
 ]
-TORCHTITAN_ROWS = [("8b fsdp8 selective(op) lbs2", 8, 16, 82.4), ("8b fsdp128 selective(op) lbs2", 128, 256, 67.0)]
+TORCHTITAN_FILE = Path(__file__).parent / "data" / "torchtitan_peak_memory.csv"
 
 
 def generic_states(zero: int, offload: int) -> float:
@@ -96,17 +102,49 @@ def main() -> None:
                 cells.append(f"{total / GB:>13.1f} ({(total / GB - measured) / measured:+.0%})")
         print(f"{name:<20}{measured:>9.1f}" + "".join(f"{cell:>22}" for cell in cells))
     print()
-    print("3. torchtitan Llama 3.1 8B FSDP on H100, seq 8192, GiB per GPU without the reserve")
-    for name, gpus, global_batch, measured in TORCHTITAN_ROWS:
+    print("3. torchtitan peak memory (benchmarks/data/torchtitan_peak_memory.csv: every torchtitan row of the calibration set")
+    print("   with a peak in GiB), GiB per GPU without the framework reserve; vramopt evaluates the plan each row maps to")
+    print(f"{'case':<40}{'published':>10}{'generic':>16}{'torchtitan':>16}  expressible")
+    errors = {"generic": [], "torchtitan": []}
+    for row in torchtitan_rows():
         cells = []
         for framework in ("generic", "torchtitan"):
-            plan = TrainingPlan(gpu="h100", gpus=gpus, zero_stage=3, micro_batch=2, checkpointing="selective", grad_comm_precision="fp32")
-            total = states_total(estimate_training(TrainingWorkload(model="8b", seq_len=8192, global_batch=global_batch), plan,
-                                                   framework=framework).values)
-            cells.append(f"{framework} {total / GIB:.1f} ({(total / GIB - measured) / measured:+.0%})")
-        print(f"{name:<32}{measured:>6.1f}   " + "   ".join(cells))
-    print("   (torchtitan's op-level selective AC keeps other activations than the Korthikanti selective recomputation vramopt counts)")
+            total = torchtitan_row_gib(row, framework)
+            if total is None:
+                cells.append(f"{'n/a':>16}")
+                continue
+            error = total / float(row["published_gib"]) - 1.0
+            errors[framework].append(abs(error))
+            cells.append(f"{total:>9.1f} ({error:+.0%})")
+        print(f"{row['case_id']:<40}{float(row['published_gib']):>10.1f}" + "".join(cells) + f"  {row['expressible']}: {row['note']}")
+    for framework, values in errors.items():
+        if values:
+            print(f"   {framework}: mean |error| {np.mean(values):.1%}, max {np.max(values):.1%} over {len(values)} rows")
+    print("   (tt24_mem_8b_* and tt24_mem_405b_* are the same runs as tt24_t1/t3/t5; fsdp2_vs_fsdp1_llama7b_8h100 is a relative figure)")
 
+
+def torchtitan_rows() -> list[dict[str, str]]:
+    with TORCHTITAN_FILE.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def torchtitan_row_gib(row: dict[str, str], framework: str) -> float | None:
+    """vramopt's peak (total minus the framework reserve) for the plan the row maps to, or
+    None where the plan is refused (not expressible)."""
+    plan = TrainingPlan(
+        gpu=row["gpu"], gpus=int(row["gpus"]), tensor_parallel=int(row["tensor_parallel"]),
+        context_parallel=int(row["context_parallel"]), pipeline_parallel=int(row["pipeline_parallel"]),
+        sequence_parallel=row["sequence_parallel"] == "true", virtual_stages=int(row["virtual_stages"]), zero_stage=3,
+        checkpointing=row["checkpointing"], precision=row["precision"], grad_comm_precision="fp32",
+        micro_batch=int(row["micro_batch"]), first_stage_layers=int(row["first_stage_layers"]),
+        last_stage_layers=int(row["last_stage_layers"]),
+    )
+    workload = TrainingWorkload(model=row["model"], seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]))
+    try:
+        values = estimate_training(workload, plan, framework=framework).values
+    except VramoptError:
+        return None
+    return states_total(values) / GIB
 
 if __name__ == "__main__":
     main()

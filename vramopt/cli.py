@@ -356,7 +356,7 @@ def export_plan(response: dict, target: str, path: str) -> None:
     from vramopt.exporters import export
 
     result = export(target, response)
-    write_text_atomically(path, result.text())
+    write_text_atomically(path, result.file_text(path))
     for note in result.notes:
         echo(f"note ({target}): {note}", err=True)
 

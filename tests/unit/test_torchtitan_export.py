@@ -22,6 +22,20 @@ PLANS = {
                                                 virtual_stages=2, zero_stage=3, grad_comm_precision="fp32", checkpointing="full", micro_batch=2)),
     "cp2-zero2-long": (TrainingWorkload(model="8b", seq_len=32768, global_batch=16),
                        TrainingPlan(gpu="h100", gpus=8, context_parallel=2, zero_stage=2, grad_comm_precision="fp32", checkpointing="full")),
+    # The plans of torchtitan's published runs (benchmarks/data/torchtitan_peak_memory.csv).
+    "tt24-8b-fsdp8-selective": (TrainingWorkload(model="8b", seq_len=8192, global_batch=16),
+                                TrainingPlan(gpu="h100", gpus=8, zero_stage=3, grad_comm_precision="fp32", checkpointing="selective",
+                                             micro_batch=2)),
+    "tt24-8b-fsdp2-cp4-fp8": (TrainingWorkload(model="8b", seq_len=131072, global_batch=2),
+                              TrainingPlan(gpu="h100", gpus=8, context_parallel=4, zero_stage=3, grad_comm_precision="fp32",
+                                           checkpointing="full", precision="fp8")),
+    "tt24-70b-fsdp32-tp8-fp8": (TrainingWorkload(model="70b", seq_len=8192, global_batch=512),
+                                TrainingPlan(gpu="h100", gpus=256, tensor_parallel=8, sequence_parallel=True, zero_stage=3,
+                                             grad_comm_precision="fp32", checkpointing="full", precision="fp8", micro_batch=16)),
+    "tt24-405b-fsdp8-tp8-pp8-uneven": (TrainingWorkload(model="405b", seq_len=8192, global_batch=256),
+                                       TrainingPlan(gpu="h100", gpus=512, tensor_parallel=8, sequence_parallel=True, pipeline_parallel=8,
+                                                    zero_stage=3, grad_comm_precision="fp32", checkpointing="full", precision="fp8",
+                                                    micro_batch=4, first_stage_layers=16, last_stage_layers=14)),
 }
 
 
@@ -44,6 +58,9 @@ def test_torchtitans_config_manager_accepts_the_arguments(name):
     from torchtitan.distributed.parallel_dims import ParallelDims
 
     plan, result = _export(name)
+    if plan.precision == "fp8" and "405b" in name:
+        # llama3_405b's config function adds torchtitan's float8 converter, which imports torchao.
+        pytest.importorskip("torchao", reason="torchtitan's llama3_405b config builds float8 linears, which need torchao")
     config = manager.ConfigManager().parse_args(result.content["arguments"])
     parallelism = config.parallelism
     assert parallelism.tensor_parallel_degree == plan.tensor_parallel
@@ -53,6 +70,9 @@ def test_torchtitans_config_manager_accepts_the_arguments(name):
     assert config.training.seq_len == PLANS[name][0].seq_len
     # torchtitan's own check that the degrees multiply to the world size.
     ParallelDims.from_config(parallelism, world_size=plan.gpus)
+    # ZeRO-3 runs under torchtitan's 'default' resharding policy, the one its memory rule counts.
+    if plan.zero_stage >= 2:
+        assert parallelism.fsdp_reshard_after_forward == ("default" if plan.zero_stage == 3 else "never")
     expected_ac = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}[plan.checkpointing]
     assert expected_ac in type(config.activation_checkpoint).__qualname__ or (
         expected_ac == "NoneType" and "None" in type(config.activation_checkpoint).__qualname__)
@@ -69,3 +89,22 @@ def test_a_plan_torchtitan_cannot_run_is_refused_not_exported():
     response = estimate_training(TrainingWorkload(model="8b", global_batch=64), TrainingPlan(gpu="h100", gpus=8, zero_stage=1)).to_dict()
     with pytest.raises(InputError, match="cannot run under --framework torchtitan"):
         torchtitan_args(response)
+
+
+def test_uneven_stages_are_split_by_torchtitan_as_planned():
+    """Issue 15 item 2: the 405B plan of torchtitan's runs (126 layers: 16 on the first stage,
+    16 on each middle one, 14 on the last) exported as layers_per_stage and first/last
+    'less layers', dealt by torchtitan's own split (distributed/pipeline_parallel.py)."""
+    pipeline_parallel = pytest.importorskip("torchtitan.distributed.pipeline_parallel", reason="torchtitan is not installed")
+    plan, result = _export("tt24-405b-fsdp8-tp8-pp8-uneven")
+    arguments = result.content["arguments"]
+
+    def value(flag):
+        return int(arguments[arguments.index(flag) + 1])
+
+    per_stage = value("--parallelism.pipeline_parallel_layers_per_stage")
+    first_less, last_less = (value(f"--parallelism.pipeline_parallel_{end}_stage_less_layers") for end in ("first", "last"))
+    stages = (126 + first_less + last_less) // per_stage  # torchtitan's num_stages from layers_per_stage
+    parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, 126, first_less, last_less)
+    counts = [sum(1 for fqn in part if fqn.startswith("layers.")) for part in parts]
+    assert counts == [16] * 7 + [14]

@@ -116,8 +116,11 @@ def _torchtitan(draft: ExportDraft) -> list[str]:
                    .get(kind, "activation-checkpoint:none"))
     if kind != CHECKPOINT_SELECTIVE:
         return []
-    return ["checkpointing selective: torchtitan's SelectiveAC saves the matmul and attention outputs and "
-            "recomputes the rest, close to but not the same bytes as the attention-core recomputation the plan counts"]
+    if draft.model.get("module") != "llama3":  # DeepSeek-V3: experts and latent attention
+        return ["checkpointing selective: torchtitan's SelectiveAC (per-op, every second matmul recomputed) is counted "
+                "for dense blocks only; this model's memory is vramopt's attention-core recomputation"]
+    return ["checkpointing selective: torchtitan's per-op SelectiveAC, counted as it keeps the outputs "
+            "(wqkv, w1, w2, attention; wo and w3 recomputed: vramopt/frameworks/torchtitan_activations.py)"]
 
 
 CHECKPOINTING = Technique(

@@ -43,7 +43,10 @@ def _torchtitan(draft: ExportDraft) -> list[str]:
     draft.argument("--parallelism.data_parallel_replicate_degree", replicate)
     draft.argument("--parallelism.data_parallel_shard_degree", shard)
     if zero >= 2:
-        draft.argument("--parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never")
+        # ZeRO-3 is FSDP2 under torchtitan's 'default' policy, the one its memory rule counts
+        # (frameworks/memory.py: [norm, lm_head] kept from the forward to the backward, and
+        # no resharding under pipeline parallelism); ZeRO-2 is 'never'.
+        draft.argument("--parallelism.fsdp_reshard_after_forward", "default" if zero == 3 else "never")
     return []
 
 

@@ -38,6 +38,7 @@ from vramopt.costs.compute import (
 )
 from vramopt.costs.memory import (
     activation_bytes,
+    in_flight_micro_batches,
     logits_bytes,
     model_state_bytes,
     offloaded_bytes_per_gpu,
@@ -130,6 +131,11 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
     memory["activations_bytes"] = memory["activations_bytes"] + extra_activation_bytes(memory["activations_bytes"], columns, micro_batches)
     memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
+    if case.framework == "torchtitan":  # its per-op selective AC and loss buffers (frameworks/torchtitan_activations.py)
+        from vramopt.frameworks.torchtitan_activations import torchtitan_activation_terms
+
+        memory.update(torchtitan_activation_terms(model, columns, rank_tokens, in_flight_micro_batches(columns, micro_batches),
+                                                  micro_batches, memory))
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)
@@ -151,6 +157,10 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     compute_per_micro_batch = np.where(peak_flops_per_s(gpu, columns.precision) > 0, operators["compute_s"], np.inf)
     if case.eager_kernels:
         compute_per_micro_batch = compute_per_micro_batch + eager_elementwise_extra_seconds(model, gpu, columns, seq_len)
+    if case.framework == "torchtitan":
+        from vramopt.frameworks.torchtitan_activations import selective_recompute_seconds
+
+        compute_per_micro_batch = compute_per_micro_batch + selective_recompute_seconds(model, gpu, columns, seq_len)
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
                              + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / columns.context_parallel
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(

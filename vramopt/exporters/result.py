@@ -34,6 +34,10 @@ class ExportResult:
         """The configuration as the JSON text of its file."""
         return json.dumps(self.content, indent=2) + "\n"
 
+    def file_text(self, path: str) -> str:
+        """The text of the file ``path`` (exporters whose format follows the extension override it)."""
+        return self.text()
+
     def notes_text(self) -> str:
         """The companion message: the notes as a bulleted list."""
         return "".join(f"- {note}\n" for note in self.notes)

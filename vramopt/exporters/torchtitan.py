@@ -92,7 +92,7 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     content: dict[str, Any] = {"arguments": {"--training.global_batch_size": [str(plan["global_batch"])],
                                              "--training.seq_len": [str(plan["seq_len"])]}}
     # Each technique writes its own overrides and notes (its Contribution's torchtitan export), in plan order.
-    draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config},
+    draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config, "module": module},
                         content=content, setting=_no_setting)
     for technique in registry.training_techniques():
         export = technique.contribution.exports["torchtitan"]

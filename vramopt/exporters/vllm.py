@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +55,40 @@ def _assumption(name: str) -> Any:
 @dataclass(frozen=True, slots=True)
 class VllmExport(ExportResult):
     """vLLM engine arguments (``content``, EngineArgs names) and their notes."""
+
+    def file_text(self, path: str) -> str:
+        """The file ``path`` holds: the YAML ``vllm serve --config`` reads for a .yaml/.yml path
+        (vLLM refuses any other extension), the JSON of the EngineArgs keywords otherwise."""
+        return self.yaml_text() if path.lower().endswith((".yaml", ".yml")) else self.text()
+
+    def yaml_text(self) -> str:
+        """The arguments as the flat YAML mapping of ``vllm serve --config FILE``.
+
+        vLLM's reader (vllm/utils/argparse_utils.py ``FlexibleArgumentParser.load_config_file``)
+        ``yaml.safe_load``s one flat mapping and turns each ``key: value`` into ``--key value``:
+        ``true`` into the bare flag and ``false`` into nothing (so a switched-off boolean is
+        written as its ``no_`` flag, ``true``), any other value through ``str()``, so a nested
+        setting (``speculative_config``) is written as its JSON text. Keys are the EngineArgs
+        names, as in the JSON export: ``parse_args`` turns the underscores of every flag name
+        into dashes after reading the file (``--tensor_parallel_size`` is
+        ``--tensor-parallel-size``); a string is written plain when YAML reads it back as that
+        string, double-quoted (JSON string syntax, which is YAML) otherwise."""
+        lines = ["# vllm serve --config FILE (written by vramopt --export vllm)"]
+        for name, value in self.content.items():
+            key = name
+            if isinstance(value, bool):
+                lines.append(f"{key if value else 'no_' + key}: true")
+            elif isinstance(value, Mapping):
+                lines.append(f"{key}: {json.dumps(json.dumps(value, separators=(',', ':')))}")
+            elif isinstance(value, float):
+                # PyYAML reads '1e-05' as a string: write floats with a decimal point, no exponent.
+                text = repr(value)
+                lines.append(f"{key}: {text if 'e' not in text else format(value, '.20f').rstrip('0')}")
+            elif isinstance(value, int):
+                lines.append(f"{key}: {value}")
+            else:
+                lines.append(f"{key}: {_yaml_string(str(value))}")
+        return "\n".join(lines) + "\n"
 
     def cli_text(self) -> str:
         """The equivalent ``vllm serve MODEL --flag value ...`` command line (one line)."""
@@ -157,6 +192,17 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
     notes.extend(launch_notes)
     notes.extend(disaggregated_notes(response))  # an xPyD answer: how to launch it instead
     return VllmExport(content=_in_argument_order(content), notes=tuple(notes))
+
+
+_YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
+"""Plain scalars YAML 1.1 (PyYAML's safe_load) reads as booleans or null."""
+
+
+def _yaml_string(text: str) -> str:
+    """``text`` as a YAML scalar that loads back as the same string."""
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_./-]*", text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)
 
 
 def _in_argument_order(content: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,11 @@ weights and gradients in the training precision and the optimizer's master copy 
   gradients (4 B / shard, config/configs.py TrainingConfig); its fp32 sharded parameter is
   the master copy (training.dtype float32), so the same 16 B per parameter are laid out as
   fp32 weights 4 + fp32 gradients 4 + Adam moments 8; ZeRO-2 (fsdp_reshard_after_forward
-  'never') keeps the unsharded bf16 parameters as well.
+  'never') keeps the unsharded bf16 parameters as well; ZeRO-3 keeps two blocks and the
+  output head unsharded, and under pipeline parallelism the whole stage in bf16 with its
+  unsharded fp32 gradients (see ``_torchtitan``). Float8 (components/quantization/float8.py:
+  torchao Float8Linear subclasses nn.Linear, casting to fp8 inside each matmul) keeps these
+  same states: nothing here depends on the training precision.
 """
 
 from __future__ import annotations
@@ -115,11 +119,21 @@ def _torchtitan(model, columns, params, generic):
     shards = sharding_group(columns).astype(float)
     zero = columns.zero_stage
     sharded = zero >= 2
-    # FSDP2's unsharded bf16 parameters of the layer in compute and the one prefetched.
-    prefetch = 2.0 * HALF_BYTES * model.parameters.largest_layer / columns.tensor_parallel
-    weights = np.select([zero == 3, zero == 2], [FP32_BYTES * params / shards + np.where(shards > 1, prefetch, 0.0),
-                                                 HALF_BYTES * params + FP32_BYTES * params / shards], FP32_BYTES * params)
-    gradients = FP32_BYTES * params / np.where(sharded, shards, 1.0)
+    # FSDP2's unsharded bf16 parameters of the layer in compute and the one prefetched, and
+    # the [norm, lm_head] group, which is not resharded after the forward (fsdp.py
+    # apply_fsdp_to_decoder: reshard_after_forward only with the policy 'always').
+    t = columns.tensor_parallel
+    prefetch = 2.0 * HALF_BYTES * model.parameters.largest_layer / t + HALF_BYTES * model.vocab_size * model.hidden_size / t
+    # Under pipeline parallelism FSDP2 keeps the stage unsharded from the forward to the last
+    # backward (fsdp.py get_fsdp_reshard_after_forward_policy 'default': not pp_enabled; torch
+    # distributed/pipelining/stage.py: set_reshard_after_backward(False) and
+    # set_requires_gradient_sync(False) for all micro-batches but the last) and accumulates
+    # unsharded gradients in the fp32 reduce dtype (fsdp/_fully_shard/_fsdp_param.py
+    # to_accumulated_grad_if_needed).
+    pipelined = (columns.pipeline_parallel > 1) & (zero == 3) & (shards > 1)
+    fsdp3 = FP32_BYTES * params / shards + np.where(pipelined, HALF_BYTES * params, np.where(shards > 1, prefetch, 0.0))
+    weights = np.select([zero == 3, zero == 2], [fsdp3, HALF_BYTES * params + FP32_BYTES * params / shards], FP32_BYTES * params)
+    gradients = np.where(pipelined, FP32_BYTES * params, FP32_BYTES * params / np.where(sharded, shards, 1.0))
     optimizer = ADAM_MOMENTS_BYTES * params / np.where(sharded, shards, 1.0)
     applies = (columns.optimizer == 0) & (columns.offload == OFFLOAD_NONE)
     return {name: np.where(applies, value, generic[name])
