@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from vramopt.display_formats import gb, on_off, percent, table
 from vramopt.display_requests import render_disaggregation, render_requests, request_goal
 from vramopt.constraints import registry
+from vramopt.costs.step_terms import STEP_TERMS
 from vramopt.display_training import _context_brief, render_training, technique_line
 
 
@@ -147,6 +148,18 @@ def _goal(solver: Mapping[str, Any]) -> str:
     return "the most tokens/s"
 
 
+def _step_sum(throughput: Mapping[str, Any]) -> str:
+    """'compute 270.69 + TP 48.10 + EP 6.01 + DP 0.00 + offload 1,131.02': the step's terms
+    (costs/step_terms.py), each nonzero one and those always shown."""
+    parts = []
+    for term in STEP_TERMS:
+        seconds = throughput.get(term.key, 0.0)
+        if term.always or seconds:
+            sign = "" if not parts else ("- " if seconds < 0 else "+ ")
+            parts.append(f"{sign}{term.short} {abs(seconds) if parts else seconds:,.2f}")
+    return " ".join(parts)
+
+
 def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = None, nvme_limit_bytes: float | None = None) -> str:
     """The table view of a solve response with a plan."""
     memory, throughput = result["memory"], result["throughput"]
@@ -164,12 +177,7 @@ def render_solve(result: Mapping[str, Any], host_limit_bytes: float | None = Non
     why = (
         f"why       {_goal(result['solver'])} that keeps {percent(memory['required_headroom_fraction'], 0)} of every GPU free: "
         f"{gb(memory['total_bytes'])} of {gb(memory['capacity_bytes'])} GB used; "
-        f"step {throughput['step_time_s']:,.2f} s = compute {throughput['compute_s']:,.2f} + TP {throughput['tensor_parallel_s']:,.2f} "
-        + (f"+ CP {throughput['context_parallel_s']:,.2f} " if result['plan'].get('context_parallel', 1) > 1 else "")
-        + (f"+ PP {throughput['pipeline_parallel_s']:,.2f} " if throughput.get('pipeline_parallel_s', 0.0) else "")
-        + f"+ DP {throughput['data_parallel_s']:,.2f} + offload {throughput['offload_s']:,.2f}"
-        + (f" {'-' if throughput['optimizer_step_s'] < 0 else '+'} optimizer step {abs(throughput['optimizer_step_s']):,.2f}"
-           if throughput.get("optimizer_step_s", 0.0) else "")
+        f"step {throughput['step_time_s']:,.2f} s = " + _step_sum(throughput)
     )
     for technique in registry.training_techniques():  # what each chosen value buys (Contribution.gain)
         gain = technique.contribution.gain

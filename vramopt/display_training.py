@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vramopt.costs.step_terms import STEP_TERMS
 from vramopt.display_formats import MEMORY_LABELS, gb, percent, table
 
 
@@ -119,19 +120,8 @@ def render_throughput(result: Mapping[str, Any]) -> str:
         [f"MFU (model FLOPs / dense {plan['precision']} peak)", percent(throughput["mfu"])],
         ["achieved TFLOP/s per GPU (incl. recomputation)", f"{throughput['achieved_tflops_per_gpu']:,.0f}"],
     ]
-    breakdown = [
-        [f"compute (incl. pipeline bubble {percent(throughput['bubble_fraction'])})", throughput["compute_s"]],
-        ["tensor-parallel communication", throughput["tensor_parallel_s"]],
-        ["context-parallel KV ring (exposed)", throughput.get("context_parallel_s", 0.0)],
-        ["data-parallel communication (exposed)", throughput["data_parallel_s"]],
-        ["offload transfers", throughput["offload_s"]],
-    ]
-    if throughput.get("pipeline_parallel_s", 0.0):  # 0 at pp = 1
-        breakdown.insert(3, ["pipeline point-to-point (exposed)", throughput["pipeline_parallel_s"]])
-    if throughput.get("expert_parallel_s", 0.0):  # 0 without expert parallelism
-        breakdown.insert(3, ["expert-parallel all-to-all (exposed)", throughput["expert_parallel_s"]])
-    if throughput.get("optimizer_step_s", 0.0):  # 0 under offload (the host runs the step)
-        breakdown.append(["optimizer step", throughput["optimizer_step_s"]])
+    breakdown = [[term.label.format(bubble=percent(throughput["bubble_fraction"])), throughput.get(term.key, 0.0)]
+                 for term in STEP_TERMS if term.always or term.table_always or throughput.get(term.key, 0.0)]
     breakdown_rows = [[label, f"{seconds:,.2f}", percent(seconds / step if step > 0 else 0.0)] for label, seconds in breakdown]
     return table(summary, ["throughput", "value"]) + "\n\n" + table(breakdown_rows, ["step time", "s", "% of step"])
 

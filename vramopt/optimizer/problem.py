@@ -25,6 +25,7 @@ from vramopt.constraints.key_domain import KeyRequest
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.columns import PlanColumns
 from vramopt.costs.pipeline_stages import divides_every_stage
+from vramopt.costs.step_terms import group_seconds
 from vramopt.costs.training import evaluate_training
 from vramopt.errors import InputError
 from vramopt.estimate import training_case
@@ -262,12 +263,11 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         rows = key_rows[key_of_row] * item_count + item_of_row
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
-            seconds[rows] = values["data_parallel_s"] + values["offload_s"] + values["optimizer_step_s"]
+            seconds[rows] = group_seconds(values, "state")
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
-            seconds[rows] = (values["compute_s"] + values["tensor_parallel_s"] + values["context_parallel_s"] + values["expert_parallel_s"]
-                             + values["pipeline_parallel_s"])
+            seconds[rows] = group_seconds(values, "activation")
             ok = np.ones(key_of_row.size, dtype=bool)
         constant[rows] = values["logits_bytes"] + values["reserve_bytes"]
         valid[rows] = ok & np.isfinite(seconds[rows])
