@@ -135,6 +135,10 @@ class Technique:
     value is not searched, or None; the values it could take), which explains a domain the
     user's choices left empty (``optimizer/empty_domains.py``); None for the fields the
     explanations there spell out."""
+    excludes: Callable[[Mapping[str, Any]], str] | None = None
+    """For a state or activation technique: why a combination of its group's values runs on no
+    key ('' when it may run; its validity rule refuses the same whatever the layout), so the
+    tables never hold it (``optimizer/problem._items``); None when every combination may run."""
     aliases: tuple[str, ...] = ()
     """Short names a user may type for the field (``cp``): --pin cp=2 is answered with the
     field's real name (``optimizer/domains.py``)."""

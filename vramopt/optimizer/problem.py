@@ -125,6 +125,10 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_
     state_values = _union(_items(registry.STATE_FIELDS, context, choices) for context in by_name)
     activation_values = _union(_items(registry.ACTIVATION_FIELDS, context, choices) for context in by_name)
     if not state_values or not activation_values:
+        fields = registry.STATE_FIELDS if not state_values else registry.ACTIVATION_FIELDS
+        reason = _excluded_reason(fields, by_name[0], choices)
+        if reason:
+            raise InputError(f"the pins and forbids leave only combinations that no plan runs: {reason}")
         raise InputError("the pins and forbids leave no value for a technique: " + _empty_fields(by_name[0], choices))
 
     check_table_size(key_count, max(len(state_values), len(activation_values)), "training")
@@ -203,9 +207,25 @@ def _union(domains) -> tuple[dict[str, Any], ...]:
 
 def _items(fields: tuple[str, ...], context, choices) -> tuple[dict[str, Any], ...]:
     """Every combination of the group's technique values (``registry.STATE_FIELDS`` or
-    ``ACTIVATION_FIELDS``, in that order), each from its technique's domain."""
+    ``ACTIVATION_FIELDS``, in that order), each from its technique's domain, less those a
+    technique of the group declares that no plan runs (``Technique.excludes``: its validity
+    rule refuses them whatever the key, so dropping them changes no answer)."""
     domains = [domain(field, context, choices) for field in fields]
-    return tuple(dict(zip(fields, combination)) for combination in itertools.product(*domains))
+    excluding = [registry.technique(field).excludes for field in fields if registry.technique(field).excludes is not None]
+    items = (dict(zip(fields, combination)) for combination in itertools.product(*domains))
+    return tuple(item for item in items if not any(excludes(item) for excludes in excluding))
+
+
+def _excluded_reason(fields: tuple[str, ...], context, choices) -> str:
+    """Why every combination of a group's (non-empty) domains is excluded: the first reason."""
+    domains = [domain(field, context, choices) for field in fields]
+    for combination in itertools.product(*domains):
+        item = dict(zip(fields, combination))
+        for field in fields:
+            excludes = registry.technique(field).excludes
+            if excludes is not None and excludes(item):
+                return excludes(item)
+    return ""
 
 
 def _empty_fields(context, choices) -> str:
