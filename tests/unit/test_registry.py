@@ -16,8 +16,10 @@ from vramopt.constraints.precision import SAME_AS_PRECISION
 from vramopt.constraints.technique import GROUPS, DomainContext, Technique
 from vramopt.types import PRECISIONS, ServingPlan, TrainingPlan
 
-SHARED_MODULES = {"technique", "registry", "headroom", "contribution", "validity", "serving_layout", "key_domain"}
-"""Modules without techniques of their own (serving_layout is the serving half of parallelism.py's layout fields)."""
+SHARED_MODULES = {"technique", "registry", "headroom", "contribution", "validity", "serving_layout", "key_domain",
+                  "parallelism_exports"}
+"""Modules without techniques of their own (serving_layout is the serving half of parallelism.py's layout fields,
+parallelism_exports their exports)."""
 
 
 def _technique_modules():
