@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_bool
-from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes, overlap_invalid_reasons
+from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes, overlap_column, overlap_invalid_reasons
 from vramopt.frameworks.deepspeed import VERSION as DEEPSPEED_VERSION
 from vramopt.frameworks.rule import Rule
 from vramopt.frameworks.torchtitan import VERSION as TORCHTITAN_VERSION
@@ -49,9 +49,7 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
 
 
 def _refuses(columns) -> Any:
-    import numpy as np
-
-    return np.asarray(getattr(columns, "expert_comm_overlap", 0)) == 1
+    return overlap_column(columns) == 1
 
 
 FRAMEWORK_RULES = {

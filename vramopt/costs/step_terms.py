@@ -46,8 +46,4 @@ STEP_TERMS = (
 
 def group_seconds(values, group: str):
     """The sum of one group's terms (the solver table's time)."""
-    terms = [values[term.key] for term in STEP_TERMS if term.group == group]
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
-    return total
+    return sum(values[term.key] for term in STEP_TERMS if term.group == group)

@@ -18,13 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.constraints import registry
 from vramopt.constraints.contribution import ExportDraft
 from vramopt.costs.columns import OFFLOAD_NAMES
 from vramopt.costs.offload import OFFLOAD_RULES
 from vramopt.errors import InputError
 from vramopt.frameworks import check_runs, plan_columns
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, required, response_parts
+from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, required, response_parts, technique_export_notes
 from vramopt.parallel_layout import ParallelLayout
 
 _DOCS = "DeepSpeed config-json documentation"
@@ -123,10 +122,7 @@ def deepspeed_config(response: Mapping[str, Any]) -> ExportResult:
     # Each technique writes its own keys and notes (its Contribution's DeepSpeed export), in
     # the plan's field order: ZeRO's section exists before offload adds to it.
     draft = ExportDraft(plan=checked, model={**model, "layers": layers}, content=content, setting=_setting)
-    for technique in registry.training_techniques():
-        export = technique.contribution.exports["deepspeed"]
-        if export.apply is not None:
-            notes.extend(export.apply(draft))
+    notes.extend(technique_export_notes("deepspeed", draft))
     notes.append(f"sequence length {seq_len} tokens: set in the data pipeline and the model, not in the DeepSpeed config")
     if workload in ("lora", "qlora"):
         notes.append(_lora_note(workload, response.get("lora")))

@@ -17,10 +17,12 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.constraints import registry
 from vramopt.constraints.contribution import ExportDraft
 from vramopt.errors import InputError, VramoptError
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, positive_integer, required, response_parts
+from vramopt.exporters.result import (
+    TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, no_setting_table, ordered_arguments, positive_integer, required,
+    response_parts, technique_export_notes,
+)
 from vramopt.frameworks import check_runs, plan_columns
 
 RELEASE = "core_v0.16.1"
@@ -72,12 +74,9 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     model_arguments, experts = _model_arguments(model, checked, notes)
     content: dict[str, Any] = {"arguments": {"--global-batch-size": [str(checked["global_batch"])]}}
     # Each technique writes its own arguments and notes (its Contribution's Megatron export), in plan order.
-    draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=_no_setting)
-    for technique in registry.training_techniques():
-        export = technique.contribution.exports["megatron"]
-        if export.apply is not None:
-            notes.extend(export.apply(draft))
-    arguments = _ordered(content["arguments"], model_arguments)
+    draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=no_setting_table("Megatron"))
+    notes.extend(technique_export_notes("megatron", draft))
+    arguments = ordered_arguments(content["arguments"], ARGUMENT_ORDER, {MODEL_ARGUMENTS: model_arguments})
     arguments += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", TOKENIZER_PLACEHOLDER,
                   "--data-path", DATA_PLACEHOLDER]
     notes.append(f"tokenizer and data: replace the placeholders '{TOKENIZER_PLACEHOLDER}' (a Hugging Face tokenizer) and "
@@ -92,25 +91,6 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
         notes.append(f"launch: run the line on each of the {nodes} nodes with --node-rank and --master-addr/--master-port of the first")
     notes.append(f"launch ({gpus} GPUs, {nodes} node{'s' if nodes > 1 else ''} x {per_node}): {launch}")
     return MegatronExport(content={"release": RELEASE, "arguments": arguments, "launch": launch}, notes=tuple(notes))
-
-
-def _ordered(written: Mapping[str, list[str]], model_arguments: list[str]) -> list[str]:
-    """The arguments in ``ARGUMENT_ORDER``, then any flag it does not list in the order the
-    techniques wrote them (plan order): a new technique's flag needs no edit here."""
-    arguments: list[str] = []
-    for flag in ARGUMENT_ORDER:
-        if flag == MODEL_ARGUMENTS:
-            arguments += model_arguments
-        elif flag in written:
-            arguments += [flag, *written[flag]]
-    for flag, values in written.items():
-        if flag not in ARGUMENT_ORDER:
-            arguments += [flag, *values]
-    return arguments
-
-
-def _no_setting(name: str) -> Any:
-    raise VramoptError(f"internal error: the Megatron exporter has no documented setting table ({name})")
 
 
 def _model_arguments(model: Mapping[str, Any], plan: Mapping[str, Any], notes: list[str]) -> tuple[list[str], int]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Callable
 
 from vramopt.errors import InputError
 
@@ -130,18 +131,8 @@ def checked_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
                 raise InputError(f"plan.{technique.field}: {error}") from None
     for technique in plan_techniques():
         if technique.plan_field.resolve is not None:  # etp 0 stands for tp
-            values[technique.field] = technique.plan_field.resolve(_Fields(values))
+            values[technique.field] = technique.plan_field.resolve(SimpleNamespace(**values))
     return values
-
-
-class _Fields:
-    """Attribute access to a plan mapping, as a follower field's ``resolve`` reads a plan."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self._values = values
-
-    def __getattr__(self, name: str) -> Any:
-        return self._values[name]
 
 
 def _json_kind(python_type: type) -> str:
@@ -165,3 +156,44 @@ def fit_notes(response: Mapping[str, Any]) -> list[str]:
         return []
     return [f"this plan does not fit ({', '.join(failed)}): the exported configuration would run out of memory"]
 
+
+def technique_export_notes(exporter: str, draft) -> list[str]:
+    """Every training technique's export to ``exporter`` applied to ``draft``, in plan order:
+    each edits ``draft.content`` and returns its notes (``Contribution.exports``)."""
+    from vramopt.constraints import registry
+
+    notes: list[str] = []
+    for technique in registry.training_techniques():
+        export = technique.contribution.exports[exporter]
+        if export.apply is not None:
+            notes.extend(export.apply(draft))
+    return notes
+
+
+def ordered_arguments(written: Mapping[str, list[str]], order: tuple[str, ...],
+                      slots: Mapping[str, list[str]] | None = None) -> list[str]:
+    """A command-line exporter's arguments: the flags the techniques wrote in ``order`` (a
+    ``slots`` name in it stands for the exporter's own block there, the model's arguments),
+    then any flag ``order`` does not list, in the order written (plan order), so a new
+    technique's flag needs no edit of the exporter."""
+    slots = slots or {}
+    arguments: list[str] = []
+    for flag in order:
+        if flag in slots:
+            arguments += slots[flag]
+        elif flag in written:
+            arguments += [flag, *written[flag]]
+    for flag, values in written.items():
+        if flag not in order:
+            arguments += [flag, *values]
+    return arguments
+
+
+def no_setting_table(exporter: str) -> Callable[[str], Any]:
+    """``ExportDraft.setting`` of an exporter that keeps no table of documented settings."""
+    from vramopt.errors import VramoptError
+
+    def setting(name: str) -> Any:
+        raise VramoptError(f"internal error: the {exporter} exporter has no documented setting table ({name})")
+
+    return setting

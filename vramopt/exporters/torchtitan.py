@@ -17,10 +17,12 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from vramopt.constraints import registry
 from vramopt.constraints.contribution import ExportDraft
-from vramopt.errors import InputError, VramoptError
-from vramopt.exporters.result import TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, required, response_parts
+from vramopt.errors import InputError
+from vramopt.exporters.result import (
+    TRAINING_WORKLOADS, ExportResult, checked_plan, fit_notes, no_setting_table, ordered_arguments, required, response_parts,
+    technique_export_notes,
+)
 from vramopt.frameworks import check_runs, plan_columns
 
 RELEASE = "0.3.0"
@@ -60,17 +62,6 @@ ARGUMENT_ORDER = (
 the listed ones, in plan order."""
 
 
-def _ordered(written: Mapping[str, list[str]]) -> list[str]:
-    """The overrides in ``ARGUMENT_ORDER``, then any flag it does not list in the order the
-    techniques wrote them (plan order): a new technique's flag needs no edit here."""
-    known = [token for flag in ARGUMENT_ORDER if flag in written for token in (flag, *written[flag])]
-    return known + [token for flag, values in written.items() if flag not in ARGUMENT_ORDER for token in (flag, *values)]
-
-
-def _no_setting(name: str) -> Any:
-    raise VramoptError(f"internal error: the torchtitan exporter has no documented setting table ({name})")
-
-
 def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     """The ``torchtitan.train`` arguments of a training plan, and the notes on what they cannot say.
 
@@ -93,12 +84,9 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
                                              "--training.seq_len": [str(plan["seq_len"])]}}
     # Each technique writes its own overrides and notes (its Contribution's torchtitan export), in plan order.
     draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config, "module": module},
-                        content=content, setting=_no_setting)
-    for technique in registry.training_techniques():
-        export = technique.contribution.exports["torchtitan"]
-        if export.apply is not None:
-            notes.extend(export.apply(draft))
-    arguments = ["--module", module, "--config", config] + _ordered(content["arguments"])
+                        content=content, setting=no_setting_table("torchtitan"))
+    notes.extend(technique_export_notes("torchtitan", draft))
+    arguments = ["--module", module, "--config", config] + ordered_arguments(content["arguments"], ARGUMENT_ORDER)
     if workload in ("lora", "qlora"):
         notes.append(f"{workload}: torchtitan's LoRA component is set in the config function, not by these arguments")
     notes.append(f"tokenizer and weights: {config} reads hf_assets_path (set --hf_assets_path to the downloaded Hugging Face assets)")

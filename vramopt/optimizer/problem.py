@@ -223,8 +223,9 @@ def _excluded_reason(fields: tuple[str, ...], context, choices) -> str:
         item = dict(zip(fields, combination))
         for field in fields:
             excludes = registry.technique(field).excludes
-            if excludes is not None and excludes(item):
-                return excludes(item)
+            reason = excludes(item) if excludes is not None else ""
+            if reason:
+                return reason
     return ""
 
 
