@@ -11,12 +11,11 @@ import click
 
 from vramopt.cli_group import echo
 from vramopt.costs.coefficients import coefficient
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS
 from vramopt.display import OUTPUT_FORMATS, flatten, to_csv, to_json
 from vramopt.errors import InputError
 from vramopt.hardware import load_gpu
 from vramopt.constraints.technique import REQUIRED
-from vramopt.plan_record import plan_techniques
+from vramopt.plan_record import plan_techniques, serving_plan_techniques
 from vramopt.types import MAX_COUNT, WORKLOADS, SearchSpace, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
 
 DEFAULT_HEADROOM_FRACTION = 0.10
@@ -152,20 +151,13 @@ def _technique_option(technique) -> Callable:
                         show_default=declaration.show_default and not declaration.follows, help=declaration.help)
 
 
+SERVING_ONLY_TECHNIQUES = tuple(technique for technique in serving_plan_techniques() if technique.workloads == ("infer",))
+"""The serving plan's own techniques (quantization, KV cache, slots, MIG, speculative
+decoding); gpu, gpus, tp and pp are shared with training."""
+
 plan_options = apply_options(
     [_technique_option(technique) for technique in plan_techniques()]
-    + [
-        click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="bf16", show_default=True,
-                     help="infer: weight format (int8/int4 weight-only; fp8/fp4 need those tensor cores)."),
-        click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="bf16", show_default=True,
-                     help="infer: KV cache element type."),
-        click.option("--paged-kv/--no-paged-kv", default=True, show_default=True,
-                     help="infer: PagedAttention (store tokens in use) or contiguous (full context per slot)."),
-        click.option("--slots", type=POSITIVE, default=16, show_default=True, help="infer: concurrent sequences per replica."),
-        click.option("--mig-profile", default="none", show_default=True, help="infer: MIG profile per replica (e.g. 1g.10gb) or none."),
-        click.option("--speculative/--no-speculative", "speculative_decoding", default=False, show_default=True,
-                     help="infer: speculative decoding with a draft model."),
-    ]
+    + [_technique_option(technique) for technique in SERVING_ONLY_TECHNIQUES]
 )
 
 TRAINING_ONLY = {
@@ -176,9 +168,9 @@ TRAINING_ONLY = {
 """The options a serving request refuses: the training workload's and every training-only
 technique's (its first flag)."""
 SERVING_ONLY = {
-    "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms", "quantization": "--quantization",
-    "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
-    "speculative_decoding": "--speculative", "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
+    "context": "--context", "min_slots": "--min-slots", "max_latency_ms": "--max-latency-ms",
+    **{technique.field: technique.plan_field.flags[0].split("/")[0] for technique in SERVING_ONLY_TECHNIQUES},
+    "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
     "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
     "disaggregation": "--disaggregation",
 }
@@ -204,18 +196,7 @@ def reject_unused_options(kind: str) -> None:
 
 def build_plan(options: Mapping[str, Any]):
     if options["workload_kind"] == "infer":
-        return ServingPlan(
-            gpu=options["gpu"],
-            gpus=options["gpus"],
-            tensor_parallel=options["tensor_parallel"],
-            pipeline_parallel=options["pipeline_parallel"],
-            quantization=options["quantization"],
-            kv_cache_dtype=options["kv_cache_dtype"],
-            paged_kv=options["paged_kv"],
-            slots=options["slots"],
-            mig_profile=options["mig_profile"],
-            speculative_decoding=options["speculative_decoding"],
-        )
+        return ServingPlan(**{technique.field: options[technique.field] for technique in serving_plan_techniques()})
     values = {technique.field: options[technique.field] for technique in plan_techniques()}
     for technique in plan_techniques():
         if technique.plan_field.follows and values[technique.field] is None:  # default: the field it follows

@@ -23,7 +23,6 @@ from vramopt.display_formats import (  # noqa: F401 - re-exported
     yes_no,
 )
 from vramopt.display_training import (  # noqa: F401 - re-exported
-    _context_brief,
     fit_lines,
     render_memory,
     render_plan,

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, table
+from vramopt.plan_brief import training_brief
 
 
 def _plan_brief(plan: Mapping[str, Any], serving: bool) -> str:
     if serving:
         return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} {plan['quantization']} kv={plan['kv_cache_dtype']} "
                 f"slots={plan['slots']}" + (f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else ""))
-    return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
-            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+    return training_brief(plan)
 
 
 def render_cost_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], csv_path: str | None,

@@ -9,7 +9,8 @@ from vramopt.display_formats import gb, on_off, percent, table
 from vramopt.display_requests import render_disaggregation, render_requests, request_goal
 from vramopt.constraints import registry
 from vramopt.costs.step_terms import STEP_TERMS
-from vramopt.display_training import _context_brief, render_training, technique_line
+from vramopt.display_training import render_training, technique_line
+from vramopt.plan_brief import training_brief
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,8 +224,7 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
-            techniques = (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
-                          f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
+            techniques = f"{training_brief(plan)} mb={plan['micro_batch']}"
         table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
                            percent(memory["headroom_fraction"]), techniques])
     lines = [
@@ -248,8 +248,7 @@ def _plan_brief(plan: Mapping[str, Any]) -> str:
         mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
         stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
         return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
-    return (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
-            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+    return training_brief(plan)
 
 
 def render_pack(response: Mapping[str, Any]) -> str:

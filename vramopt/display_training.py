@@ -61,13 +61,18 @@ def technique_line(plan: Mapping[str, Any], line: str, serving: bool = False) ->
     return text
 
 
-def render_memory(memory: Mapping[str, Any], optimizer: str = "adam") -> str:
+def render_memory(memory: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> str:
+    """The memory table, its rows renamed where the plan's techniques name their bytes
+    (``Contribution.memory_labels``)."""
+    from vramopt.constraints import registry
+
     capacity = memory["capacity_bytes"]
     required = memory["required_headroom_fraction"]
     limit = capacity * (1.0 - required)
     labels = dict(MEMORY_LABELS)
-    if optimizer != "adam":  # name the format the plan's optimizer states are in
-        labels["optimizer_bytes"] = f"optimizer states ({optimizer})"
+    for technique in registry.training_techniques() if plan is not None else ():
+        if technique.contribution.memory_labels is not None:
+            labels.update(technique.contribution.memory_labels(plan))
     rows = [[label, gb(memory[key]), percent(memory[key] / capacity)] for key, label in labels.items()]
     rows.append(["total", gb(memory["total_bytes"]), percent(memory["total_bytes"] / capacity)])
     rows.append([f"limit (capacity x (1 - {required:g} headroom))", gb(limit), percent(1.0 - required)])
@@ -136,7 +141,7 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
         [
             render_plan(result),
             "",
-            render_memory(memory, result["plan"].get("optimizer", "adam")),
+            render_memory(memory, result["plan"]),
             "GB = 1e9 bytes",
             "",
             *fit_lines(memory, host_limit_bytes, nvme_limit_bytes),
@@ -144,10 +149,3 @@ def render_training(result: Mapping[str, Any], host_limit_bytes: float | None = 
             throughput_note + render_throughput(result),
         ]
     )
-
-
-
-def _context_brief(plan: Mapping[str, Any], label: str) -> str:
-    """'cp=2 ' in the one-line plan summaries when the plan splits sequences, else nothing."""
-    degree = plan.get("context_parallel", 1)
-    return f"{label}{degree} " if degree > 1 else ""

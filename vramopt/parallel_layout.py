@@ -308,6 +308,13 @@ class ParallelLayout:
         return (f"tensor_parallel x pipeline_parallel x data_parallel = {self.tensor_parallel} x {self.pipeline_parallel} x "
                 f"{self.data_parallel}")
 
+    def replica_mismatch_text(self, gpus) -> str:
+        """Why a replica of this layout does not tile ``gpus`` (one plan), for the plan checks."""
+        if self.context_parallel > 1:
+            return (f"tensor_parallel x context_parallel x pipeline_parallel = {self.tensor_parallel} x {self.context_parallel} x "
+                    f"{self.pipeline_parallel} = {self.replica_gpus} does not divide the {gpus} GPUs (gpus = tp x cp x pp x dp)")
+        return f"tensor_parallel x pipeline_parallel = {self.replica_gpus} does not divide the {gpus} GPUs"
+
     def describe(self) -> str:
         """'tp=2 cp=1 pp=4 dp=8' for one plan."""
         return (f"tp={self.tensor_parallel} cp={self.context_parallel} pp={self.pipeline_parallel} "

@@ -36,14 +36,9 @@ def check_sizes(plan: TrainingPlan) -> None:
         problem = technique.plan_field.problem(technique.field, getattr(plan, technique.field))
         if problem:
             raise InputError(problem)
-    product = ParallelLayout.from_plan(plan).replica_gpus
-    if plan.gpus % product != 0:
-        raise InputError(
-            f"tensor_parallel x context_parallel x pipeline_parallel = {plan.tensor_parallel} x {plan.context_parallel} x "
-            f"{plan.pipeline_parallel} = {product} does not divide the {plan.gpus} GPUs (gpus = tp x cp x pp x dp)"
-            if plan.context_parallel > 1
-            else f"tensor_parallel x pipeline_parallel = {product} does not divide the {plan.gpus} GPUs"
-        )
+    layout = ParallelLayout.from_plan(plan)
+    if not layout.divides(plan.gpus):
+        raise InputError(layout.replica_mismatch_text(plan.gpus))
 
 
 def encode(plans: Sequence[TrainingPlan]) -> PlanColumns:
@@ -71,12 +66,11 @@ def check_plan(case: TrainingCase, plan: TrainingPlan) -> PlanColumns:
     columns = encode([plan])
     for reason, mask in invalid_reasons(case, columns).items():
         if bool(np.asarray(mask).any()):
-            if "precision" in reason:
-                raise InputError(f"{case.gpu.name} does not support {plan.precision} (its tensor cores run: "
-                                 f"{', '.join(case.gpu.peak_flops_per_s)})")
-            if reason.startswith("context_parallel must split"):
-                raise InputError(f"{reason}: seq_len {case.seq_len} / (2 x {plan.context_parallel}) = "
-                                 f"{case.seq_len / (2 * plan.context_parallel):g} tokens per chunk (plan: {describe(plan)})")
+            for technique in plan_techniques():  # a technique's own message with this plan's numbers
+                detail = technique.contribution.invalid_detail
+                message = detail(case, plan, reason) if detail is not None else None
+                if message:
+                    raise InputError(message)
             raise InputError(f"{reason} (plan: {describe(plan)}; model {case.model.name}: "
                              f"{case.model.heads} heads, {case.model.layers} layers; GPU {case.gpu.name})")
     return columns

@@ -7,6 +7,7 @@ it differs from tp, uneven stage counts, dp), so a new layout technique shows it
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Any, Mapping
 
@@ -19,6 +20,19 @@ def layout_brief(plan: Mapping[str, Any], *, data_parallel: bool = True) -> str:
     phrases = [technique.contribution.brief(plan) for technique in registry.training_techniques()
                if technique.contribution.brief is not None and (data_parallel or technique.field != "data_parallel")]
     return " ".join(phrase for phrase in phrases if phrase)
+
+
+def compact_layout_brief(plan: Mapping[str, Any]) -> str:
+    """'tp2 cp2 ep8 pp4 dp8' of a plan dict: the same phrases as ``layout_brief`` with each
+    'name=degree' closed up, for the one-line rows of the front and pack tables."""
+    return re.sub(r"\b([a-z]+)=(\d+)\b", r"\1\2", layout_brief(plan))
+
+
+def training_brief(plan: Mapping[str, Any]) -> str:
+    """'tp2 pp4 dp8 ZeRO-1 bf16 offload=none ckpt=selective' of a training plan dict: the
+    layout, then the memory techniques the front, cost-front and pack tables compare."""
+    return (f"{compact_layout_brief(plan)} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
+            f"ckpt={plan['checkpointing']}")
 
 
 def plan_mapping(plan) -> dict[str, Any]:

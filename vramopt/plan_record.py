@@ -1,10 +1,13 @@
-"""``TrainingPlan``: the typed training plan, generated from the techniques' declarations.
+"""``TrainingPlan`` and ``ServingPlan``: the typed plans, generated from the techniques' declarations.
 
 Each training technique declares its plan field (``constraints/technique.PlanField``: type,
 default, doc, estimate option) in its own module; this module turns them, in
 ``registry.PLAN_ORDER``, into one frozen, keyword-only dataclass, so that adding a technique
 adds its field without editing a shared record. ``vramopt.types.TrainingPlan`` is this
-class (resolved on first use, because the techniques import the data layer).
+class (resolved on first use, because the techniques import the data layer). ``ServingPlan``
+is built the same way from the serving techniques, in ``registry.SERVING_PLAN_ORDER``: the
+layout fields they share with training (gpu, gpus, tp, pp) and the serving-only ones
+(quantization, KV cache, slots, MIG, speculative decoding).
 """
 
 from __future__ import annotations
@@ -54,6 +57,30 @@ def _plan_class() -> type:
 _FOLLOWERS = tuple(technique for technique in plan_techniques() if technique.plan_field and technique.plan_field.resolve)
 
 TrainingPlan = _plan_class()
+
+
+def serving_plan_techniques() -> tuple[Technique, ...]:
+    """The techniques with a field in the serving plan, in ``registry.SERVING_PLAN_ORDER``
+    (the values the response adds, such as replicas, are not plan fields)."""
+    return tuple(registry.BY_FIELD[name] for name in registry.SERVING_PLAN_ORDER
+                 if name not in registry.SERVING_WORKLOAD_PLAN_FIELDS)
+
+
+def _serving_plan_class() -> type:
+    techniques = serving_plan_techniques()
+    missing = [technique.field for technique in techniques if technique.plan_field is None]
+    if missing:
+        raise TypeError(f"serving techniques without a plan field declaration: {', '.join(missing)}")
+    plan = dataclasses.make_dataclass(
+        "ServingPlan", [_field(technique) for technique in techniques],
+        namespace={"__module__": __name__}, frozen=True, kw_only=True, slots=True,
+    )
+    plan.__doc__ = ("One combination of techniques for serving; the JSON contract's ``plan`` for infer. Fields, in "
+                    "registry.SERVING_PLAN_ORDER: " + ", ".join(technique.field for technique in techniques) + ".")
+    return plan
+
+
+ServingPlan = _serving_plan_class()
 
 
 def field_doc(name: str) -> str:

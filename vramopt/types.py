@@ -198,26 +198,6 @@ class SearchSpace:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ServingPlan:
-    """One combination of techniques for serving; the JSON contract's ``plan`` for infer."""
-
-    gpu: str
-    gpus: int
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    quantization: str = "bf16"
-    """Weight format: bf16, fp8, int8, int4 (weight-only, GPTQ/AWQ) or fp4 (NVFP4)."""
-    kv_cache_dtype: str = "bf16"
-    paged_kv: bool = True
-    """PagedAttention (vLLM) instead of reserving the full context per slot."""
-    slots: int = 16
-    """Concurrent sequences per replica (vLLM max-num-seqs)."""
-    mig_profile: str = "none"
-    """A MIG profile name (each instance serves one replica) or 'none' for whole GPUs."""
-    speculative_decoding: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class ServingWorkload:
     """What the user serves and the service's requirements."""
 
@@ -253,11 +233,11 @@ class ServingWorkload:
 
 
 def __getattr__(name: str):
-    """``TrainingPlan`` is generated from the techniques' plan-field declarations
+    """``TrainingPlan`` and ``ServingPlan`` are generated from the techniques' plan-field declarations
     (``vramopt/plan_record.py``); the techniques import this module, so it is resolved on
     first use rather than at import."""
-    if name == "TrainingPlan":
-        from vramopt.plan_record import TrainingPlan
+    if name in ("TrainingPlan", "ServingPlan"):
+        from vramopt import plan_record
 
-        return TrainingPlan
+        return getattr(plan_record, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,7 @@ def _megatron(draft: ExportDraft) -> list[str]:
 
 FLASH_ATTENTION = Technique(
     field="flash_attention",
+    runner_up_rank=11,
     group="activation",
     description="flash attention (drops the 5*a*s^2*b score activations; faster attention core)",
     parse=parse_bool("flash_attention"),

@@ -46,6 +46,7 @@ KEY = KeyDomain(
 
 MICRO_BATCH = Technique(
     field="micro_batch",
+    runner_up_rank=10,
     group="key",
     description="sequences per micro-batch (gradient accumulation = global_batch / (micro_batch * dp))",
     parse=parse_int("micro_batch", 1),

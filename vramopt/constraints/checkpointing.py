@@ -125,6 +125,7 @@ def _torchtitan(draft: ExportDraft) -> list[str]:
 
 CHECKPOINTING = Technique(
     field="checkpointing",
+    runner_up_rank=4,
     group="activation",
     description="activation checkpointing: none, selective, every:K (full recomputation)",
     parse=_parse,

@@ -24,6 +24,7 @@ from vramopt.constraints.key_domain import KeyDomain
 from vramopt.frameworks.deepspeed import VERSION as DEEPSPEED_VERSION
 from vramopt.frameworks.rule import Rule
 from vramopt.costs.context_parallel import (
+    ATTENTION_TILE_TOKENS,
     context_parallel_invalid_reasons,
     ring_seconds_per_micro_batch,
     tokens_per_rank,
@@ -83,7 +84,6 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
 def explain_values(*, seq_len: int, most: int):
     """Why a degree is not searched (an emptied domain's explanation), and the degrees it could take."""
     from vramopt.constraints.parallelism import powers_of_two_up_to
-    from vramopt.costs.context_parallel import ATTENTION_TILE_TOKENS
 
     def reason(degree: int) -> str | None:
         if not whole_tile_chunks(seq_len, degree):
@@ -123,8 +123,23 @@ SOURCES = (
     "Dao 2023, FlashAttention-2, section 3.3 (128-row blocks: the 128-token tile rule, an assumption)",
 )
 
+def _invalid_detail(case, plan, reason: str) -> str | None:
+    """The tile rule's message with the chunk size this plan's cp makes of the sequence."""
+    if not reason.startswith("context_parallel must split"):
+        return None
+    from vramopt.plan import describe
+
+    return (f"{reason}: seq_len {case.seq_len} / (2 x {plan.context_parallel}) = "
+            f"{case.seq_len / (2 * plan.context_parallel):g} tokens per chunk (plan: {describe(plan)})")
+
+
+def _layout_hint(workload) -> str:
+    return f"cp split seq_len {workload.seq_len} into 2 x cp chunks of whole {ATTENTION_TILE_TOKENS}-token tiles"
+
+
 CONTEXT_PARALLEL = Technique(
     field="context_parallel",
+    runner_up_rank=7,
     group="key",
     description="context parallel degree: ring attention over cp GPUs that split each sequence",
     parse=parse_int("context_parallel", 1),
@@ -159,6 +174,8 @@ CONTEXT_PARALLEL = Technique(
             "vllm": Export(not_exported="serving plans have no context parallelism; a training plan has no vLLM export"),
         },
         framework_rules=FRAMEWORK_RULES,
+        invalid_detail=_invalid_detail,
+        layout_hint=_layout_hint,
         sources=SOURCES,
     ),
     key_domain=KEY,

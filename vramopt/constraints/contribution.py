@@ -113,6 +113,16 @@ class Contribution:
     gain: Gain | None = None
     """What its chosen value buys, for the solve response and the why line (None: nothing
     beyond the plan's own figures)."""
+    invalid_detail: Callable[[Any, Any, str], str | None] | None = None
+    """(TrainingCase, TrainingPlan, broken rule's message) -> the one-line error naming this
+    plan's own numbers, for a rule of this technique; None (or returning None) leaves
+    ``plan.check_plan``'s generic message."""
+    memory_labels: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
+    """Plan dict -> memory-table rows it renames for this plan ({'optimizer_bytes':
+    'optimizer states (adam8bit)'}), so the table names the format the bytes are in."""
+    layout_hint: Callable[[Any], str] | None = None
+    """Workload -> the clause the "no parallel layout fits" message adds when the user pinned
+    or allowed this technique's values (its divisibility rule in the workload's numbers)."""
 
 
 JSON_TYPES = ("string", "integer", "boolean", "number")
@@ -161,7 +171,6 @@ def missing_parts(technique) -> list[str]:
         missing.append("sources")
     if not technique.default_values or not callable(technique.parse):
         missing.append("domain")
-    trains = any(kind != "infer" for kind in technique.workloads)
-    if trains and not technique.derived and technique.plan_field is None:
-        missing.append("plan_field")  # its field in TrainingPlan and its estimate option (plan_record.py)
+    if not technique.derived and technique.plan_field is None:
+        missing.append("plan_field")  # its field in TrainingPlan or ServingPlan and its estimate option (plan_record.py)
     return missing

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
-from vramopt.constraints.technique import Technique, parse_bool, parse_choice, parse_int
+from vramopt.constraints.technique import PlanField, Technique, parse_bool, parse_choice, parse_int
 from vramopt.costs.inference import KV_CACHE_DTYPES, evaluate_serving
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use
 
@@ -60,6 +60,7 @@ def _vllm_slots(draft: ExportDraft) -> list[str]:
 
 KV_CACHE_DTYPE = Technique(
     field="kv_cache_dtype",
+    runner_up_rank=13,
     group="state",
     description="KV cache element type (fp8 halves it; needs fp8 support)",
     parse=parse_choice("kv_cache_dtype", KV_CACHE_DTYPES),
@@ -67,6 +68,8 @@ KV_CACHE_DTYPE = Technique(
     columns=lambda value: {"kv_cache_dtype": value},
     decode=lambda codes: codes["kv_cache_dtype"],
     workloads=("infer",),
+    plan_field=PlanField(python_type=str, default="bf16", choices=KV_CACHE_DTYPES, flags=("--kv-cache-dtype",),
+                         doc="KV cache element type.", help="infer: KV cache element type."),
     aliases=("kv_dtype",),
     contribution=Contribution(
         validity=kv_cache_dtype_invalid_reasons,
@@ -85,6 +88,7 @@ KV_CACHE_DTYPE = Technique(
 
 PAGED_KV = Technique(
     field="paged_kv",
+    runner_up_rank=14,
     group="state",
     description="PagedAttention: store only the tokens in use (in blocks) instead of the full context per slot",
     parse=parse_bool("paged_kv"),
@@ -92,6 +96,11 @@ PAGED_KV = Technique(
     columns=lambda value: {"paged_kv": value},
     decode=lambda codes: codes["paged_kv"],
     workloads=("infer",),
+    plan_field=PlanField(
+        python_type=bool, default=True, flags=("--paged-kv/--no-paged-kv",),
+        doc="PagedAttention (vLLM) instead of reserving the full context per slot.",
+        help="infer: PagedAttention (store tokens in use) or contiguous (full context per slot).",
+    ),
     contribution=Contribution(
         validity=no_rules,  # paged or contiguous runs with any dtype, slots and layout
         memory=kv_tokens_in_use,
@@ -109,6 +118,7 @@ PAGED_KV = Technique(
 
 SLOTS = Technique(
     field="slots",
+    runner_up_rank=16,
     group="state",
     description="concurrent sequences per replica (vLLM max-num-seqs)",
     parse=parse_int("slots", 1),
@@ -116,6 +126,9 @@ SLOTS = Technique(
     columns=lambda value: {"slots": value},
     decode=lambda codes: codes["slots"],
     workloads=("infer",),
+    plan_field=PlanField(python_type=int, default=16, minimum=1, flags=("--slots",),
+                         doc="Concurrent sequences per replica (vLLM max-num-seqs).",
+                         help="infer: concurrent sequences per replica."),
     contribution=Contribution(
         validity=slots_invalid_reasons,
         memory=kv_cache_bytes,

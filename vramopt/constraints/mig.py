@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import Technique
+from vramopt.constraints.technique import PlanField, Technique
 from vramopt.costs.inference import evaluate_serving
 
 NO_MIG = "none"
@@ -48,6 +48,7 @@ def _display(plan) -> str:
 
 MIG_PROFILE = Technique(
     field="mig_profile",
+    runner_up_rank=12,
     group="key",
     description="MIG profile each replica runs on, or none (whole GPUs)",
     parse=lambda text: str(text).strip().lower(),
@@ -55,6 +56,9 @@ MIG_PROFILE = Technique(
     columns=lambda value: {"mig_profile": value},
     decode=lambda codes: codes["mig_profile"],
     workloads=("infer",),
+    plan_field=PlanField(python_type=str, default="none", flags=("--mig-profile",),
+                         doc="A MIG profile name (each instance serves one replica) or 'none' for whole GPUs.",
+                         help="infer: MIG profile per replica (e.g. 1g.10gb) or none."),
     aliases=("mig",),
     contribution=Contribution(
         validity=mig_invalid_reasons,

@@ -66,6 +66,7 @@ def _megatron(draft: ExportDraft) -> list[str]:
 
 OFFLOAD = Technique(
     field="offload",
+    runner_up_rank=3,
     group="state",
     description="offload of model states (none, cpu: optimizer to host RAM, nvme: all states)",
     parse=parse_choice("offload", OFFLOAD_NAMES),

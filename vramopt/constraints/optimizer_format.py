@@ -102,6 +102,8 @@ OPTIMIZER = Technique(
         help="Optimizer-state format: adam (fp32 states), adam8bit (bitsandbytes), adafactor, sgd (momentum).",
     ),
     contribution=Contribution(
+        memory_labels=lambda plan: ({"optimizer_bytes": f"optimizer states ({plan['optimizer']})"}
+                                    if plan.get("optimizer", "adam") != "adam" else {}),
         validity=lambda case, columns: optimizer_invalid_reasons(case.trainable_fraction, columns),
         memory=state_bytes_per_parameter,
         time=optimizer_step_seconds,

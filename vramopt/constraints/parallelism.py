@@ -160,6 +160,7 @@ KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Lar
 
 GPU = Technique(
     field="gpu",
+    runner_up_rank=17,
     group="key",
     description="GPU type (from --gpu)",
     parse=lambda text: str(text).strip().lower(),
@@ -185,6 +186,7 @@ GPU = Technique(
 
 GPUS = Technique(
     field="gpus",
+    runner_up_rank=9,
     group="key",
     description="GPU count",
     parse=parse_int("gpus", 1),
@@ -211,6 +213,7 @@ GPUS = Technique(
 
 TENSOR_PARALLEL = Technique(
     field="tensor_parallel",
+    runner_up_rank=6,
     group="key",
     description="tensor parallel degree (Megatron-LM)",
     parse=parse_int("tensor_parallel", 1),
@@ -238,6 +241,7 @@ TENSOR_PARALLEL = Technique(
 
 PIPELINE_PARALLEL = Technique(
     field="pipeline_parallel",
+    runner_up_rank=8,
     group="key",
     description="pipeline parallel degree (equal stages)",
     parse=parse_int("pipeline_parallel", 1),

@@ -40,6 +40,13 @@ def precision_invalid_reasons(case, columns) -> dict:
     return {"the GPU does not support this precision": peak_flops_per_s(case.gpu, columns.precision) <= 0}
 
 
+def _invalid_detail(case, plan, reason: str) -> str | None:
+    """The precision rule's message naming what the GPU's tensor cores do run."""
+    if "precision" not in reason:
+        return None
+    return f"{case.gpu.name} does not support {plan.precision} (its tensor cores run: {', '.join(case.gpu.peak_flops_per_s)})"
+
+
 def _deepspeed_precision(draft: ExportDraft) -> list[str]:
     precision, setting = draft.plan["precision"], draft.setting
     if precision == "bf16":
@@ -118,6 +125,7 @@ def _torchtitan_precision(draft: ExportDraft) -> list[str]:
 
 PRECISION = Technique(
     field="precision",
+    runner_up_rank=1,
     group="key",
     description="compute precision of weights, gradients and activations (Adam states stay fp32)",
     parse=parse_choice("precision", PRECISIONS),
@@ -130,6 +138,7 @@ PRECISION = Technique(
     ),
     contribution=Contribution(
         validity=precision_invalid_reasons,
+        invalid_detail=_invalid_detail,
         memory=weight_bytes_per_parameter,
         time=linear_peak,  # the GEMMs' peak at this precision (attention stays bf16)
         contract=ContractField(name="precision", json_type="string", enum=PRECISIONS,

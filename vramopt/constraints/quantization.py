@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
-from vramopt.constraints.technique import Technique, parse_choice
+from vramopt.constraints.technique import PlanField, Technique, parse_choice
 from vramopt.costs.inference import QUANTIZATION_NEEDS, QUANTIZATIONS
 from vramopt.costs.serving_operators import serving_gemm_flops_per_s
 from vramopt.costs.kv_cache import quantized_weight_bytes
@@ -81,6 +81,7 @@ def _vllm(draft: ExportDraft) -> list[str]:
 
 QUANTIZATION = Technique(
     field="quantization",
+    runner_up_rank=5,
     group="key",
     description="serving weight format (bytes per weight; fp8/fp4 also set the compute precision)",
     parse=parse_choice("quantization", QUANTIZATIONS),
@@ -90,6 +91,11 @@ QUANTIZATION = Technique(
     columns=lambda value: {"quantization": value},
     decode=lambda codes: codes["quantization"],
     workloads=("infer",),
+    plan_field=PlanField(
+        python_type=str, default="bf16", choices=QUANTIZATIONS, flags=("--quantization",),
+        doc="Weight format: bf16, fp8, int8, int4 (weight-only, GPTQ/AWQ) or fp4 (NVFP4).",
+        help="infer: weight format (int8/int4 weight-only; fp8/fp4 need those tensor cores).",
+    ),
     aliases=("quant",),
     contribution=Contribution(
         validity=quantization_invalid_reasons,

@@ -11,7 +11,7 @@ with the draft's size, acceptance rate and gamma from ``ServingCase``.
 from __future__ import annotations
 
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft, no_rules
-from vramopt.constraints.technique import Technique, parse_bool
+from vramopt.constraints.technique import PlanField, Technique, parse_bool
 from vramopt.costs.inference import evaluate_serving
 
 DRAFT_MODEL_PLACEHOLDER = "<draft-model>"
@@ -31,6 +31,7 @@ def _vllm(draft: ExportDraft) -> list[str]:
 
 SPECULATIVE_DECODING = Technique(
     field="speculative_decoding",
+    runner_up_rank=15,
     group="state",
     description="speculative decoding with a draft model",
     parse=parse_bool("speculative_decoding"),
@@ -38,6 +39,8 @@ SPECULATIVE_DECODING = Technique(
     columns=lambda value: {"speculative_decoding": value},
     decode=lambda codes: codes["speculative_decoding"],
     workloads=("infer",),
+    plan_field=PlanField(python_type=bool, default=False, flags=("--speculative/--no-speculative",),
+                         doc="Speculative decoding with a draft model.", help="infer: speculative decoding with a draft model."),
     aliases=("speculative",),
     contribution=Contribution(
         validity=no_rules,  # a draft runs beside any layout, weight format and KV cache

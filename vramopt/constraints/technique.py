@@ -146,6 +146,9 @@ class Technique:
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); every registered technique has one
     (``registry.NOT_MIGRATED`` is empty)."""
+    runner_up_rank: int = 0
+    """Its place among the headline techniques that ``solve`` offers runners-up for (the best
+    plan deciding it differently; ``optimizer/runners_up.py``), 1 first; 0: none offered."""
     key_domain: Any = None
     """For a key technique: how the key enumeration generates its field
     (``constraints/key_domain.KeyDomain``: candidates, rules on the layout); None for the GPU

@@ -52,6 +52,7 @@ def _torchtitan(draft: ExportDraft) -> list[str]:
 
 ZERO_STAGE = Technique(
     field="zero_stage",
+    runner_up_rank=2,
     group="state",
     description="ZeRO stage: shard optimizer states (1), gradients (2), weights (3) over data parallel",
     parse=parse_int("zero_stage", 0),

@@ -132,6 +132,12 @@ def optimizer_column(columns) -> np.ndarray:
     return getattr(columns, "optimizer", ADAM)
 
 
+def uses_adam(columns) -> np.ndarray:
+    """Rows whose optimizer is fp32 Adam/AdamW, the format the frameworks' own byte counts
+    describe (``frameworks/memory.py`` keeps the generic bytes for the others)."""
+    return optimizer_column(columns) == ADAM
+
+
 def optimizer_invalid_reasons(trainable_fraction: float, columns) -> dict[str, np.ndarray]:
     """Validity rules: offload needs Adam (DeepSpeed ZeRO-Offload / ZeRO-Infinity run the
     host step with DeepSpeedCPUAdam, and ``cpu_adam_params_per_s_per_node`` is Adam's rate);

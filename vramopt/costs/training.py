@@ -127,7 +127,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
                                              case.trainable_fraction, case.frozen_bytes_per_param)
     # Context parallelism: each rank keeps s/cp tokens of every activation and of the logits
     # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
-    rank_tokens = seq_len / columns.context_parallel
+    rank_tokens = ParallelLayout.from_columns(columns).tokens_per_rank(seq_len)
     memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
     memory["activations_bytes"] = memory["activations_bytes"] + extra_activation_bytes(memory["activations_bytes"], columns, micro_batches)
     memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
@@ -162,7 +162,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
 
         compute_per_micro_batch = compute_per_micro_batch + selective_recompute_seconds(model, gpu, columns, seq_len)
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
-                             + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / columns.context_parallel
+                             + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / ParallelLayout.from_columns(columns).activation_token_shards()
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
         tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap, case.tensor_parallel_backward_overlap,
         columns.sequence_parallel, columns.checkpoint_kind == CHECKPOINT_EVERY, operators["column_weight_gradient_s"],

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from vramopt.costs.columns import OFFLOAD_CPU, OFFLOAD_NONE, OFFLOAD_NVME, PlanColumns, sharding_group
+from vramopt.costs.optimizer_states import uses_adam
 from vramopt.types import PRECISIONS, ModelSpec
 
 FP32_BYTES = 4.0
@@ -99,7 +100,7 @@ def _deepspeed(model, columns, params, generic):
                                         columns.zero_stage, columns.offload)
     zero, offload = columns.zero_stage, columns.offload
     # ZeRO-0, ZeRO-1 with offload (no estimator covers them), other precisions and optimizers: generic.
-    applies = (np.isin(columns.precision, (_BF16, _FP16)) & (columns.optimizer == 0) & (zero >= 1)
+    applies = (np.isin(columns.precision, (_BF16, _FP16)) & uses_adam(columns) & (zero >= 1)
                & ~((zero == 1) & (offload == OFFLOAD_CPU)))
     return {name: np.where(applies, terms[name], generic[name]) for name in terms}
 
@@ -135,6 +136,6 @@ def _torchtitan(model, columns, params, generic):
     weights = np.select([zero == 3, zero == 2], [fsdp3, HALF_BYTES * params + FP32_BYTES * params / shards], FP32_BYTES * params)
     gradients = np.where(pipelined, FP32_BYTES * params, FP32_BYTES * params / np.where(sharded, shards, 1.0))
     optimizer = ADAM_MOMENTS_BYTES * params / np.where(sharded, shards, 1.0)
-    applies = (columns.optimizer == 0) & (columns.offload == OFFLOAD_NONE)
+    applies = uses_adam(columns) & (columns.offload == OFFLOAD_NONE)
     return {name: np.where(applies, value, generic[name])
             for name, value in (("weights_bytes", weights), ("gradients_bytes", gradients), ("optimizer_bytes", optimizer))}

@@ -56,6 +56,7 @@ from vramopt.costs.gemm import gemm_seconds
 from vramopt.costs.operators import CROSS_ENTROPY_BYTES_PER_LOGIT, elementwise_seconds, linear_peak
 from vramopt.costs.pipeline_stages import stage_activation_loads, timed_stage_layers
 from vramopt.costs.precision import PRECISION_ACTIVATION_SCALE
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 HALF_BYTES = 2.0
@@ -154,7 +155,7 @@ def selective_recompute_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanCol
     recomputed GEMMs at their shapes' efficiency and the layers' memory-bound forward
     kernels (vramopt's own selective recomputes nothing under flash attention, which
     torchtitan always uses). Zero where the rule does not apply."""
-    tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
+    tokens = ParallelLayout.from_columns(columns).tokens_per_rank(seq_len) * columns.micro_batch
     t = columns.tensor_parallel.astype(float)
     peak = linear_peak(gpu, columns.precision)
     gemms = 0.0

@@ -337,8 +337,9 @@ def _no_layout_message(model, workload, space, choices) -> str:
         f"max_gpus={space.max_gpus}, global_batch={workload.global_batch} sequences"
         + (f", choices {pins}" if pins else "")
         + "; tp must divide the heads, pp the layers (or split them with fewer on the first or last stage), and dp the global batch"
-        + (f", and cp split seq_len {workload.seq_len} into 2 x cp chunks of whole 128-token tiles"
-           if "context_parallel" in choices["pin"] or "context_parallel" in choices["allow"] else "")
+        + "".join(f", and {technique.contribution.layout_hint(workload)}" for technique in registry.training_techniques()
+                  if technique.contribution.layout_hint is not None
+                  and (technique.field in choices["pin"] or technique.field in choices["allow"]))
     )
 
 

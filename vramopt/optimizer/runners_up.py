@@ -10,22 +10,19 @@ from dataclasses import replace
 
 import numpy as np
 
+from vramopt.constraints import registry
 from vramopt.optimizer.cost_objective import other_gpu_types
 from vramopt.optimizer.decode import plan_values
 from vramopt.optimizer.oracle import Choice, best_in_keys_by_bound
 from vramopt.optimizer.prune import lower_bounds
 from vramopt.optimizer.problem import Problem, ItemTable
 
-RUNNER_UP_FIELDS = {
-    "train": (
-        "precision", "zero_stage", "offload", "checkpointing", "tensor_parallel", "context_parallel", "pipeline_parallel",
-        "gpus", "micro_batch", "flash_attention", "gpu",
-    ),
-    "infer": (
-        "quantization", "tensor_parallel", "pipeline_parallel", "gpus", "mig_profile", "kv_cache_dtype",
-        "paged_kv", "speculative_decoding", "slots", "gpu",
-    ),
-}
+def runner_up_fields(kind: str) -> tuple[str, ...]:
+    """The headline fields of a ``kind`` ('train' or 'infer') problem, in their techniques'
+    ``runner_up_rank`` order."""
+    techniques = registry.serving_techniques() if kind == "infer" else registry.training_techniques()
+    ranked = sorted((technique for technique in techniques if technique.runner_up_rank), key=lambda t: t.runner_up_rank)
+    return tuple(technique.field for technique in ranked)
 
 
 def _masked(table: ItemTable, keep_items: np.ndarray) -> ItemTable:
@@ -53,7 +50,7 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
     found: dict[tuple[int, int, int], tuple[str, Choice]] = {}
     # Masking a value only removes candidates, so the unmasked bounds stay valid.
     lower = lower_bounds(problem)
-    for field in RUNNER_UP_FIELDS[problem.kind]:
+    for field in runner_up_fields(problem.kind):
         masked, keys = _without(problem, field, chosen_values[field])
         choice = best_in_keys_by_bound(masked, keys, lower)
         if choice is None:
