@@ -46,6 +46,13 @@ GROUPS = ("tensor_parallel", "context_parallel", "data_parallel", "sharding", "p
 """Process groups whose node placement ``spans_nodes`` answers ('sharding' = data x context)."""
 
 RANK_ORDER = ("tensor_parallel", "context_parallel", "data_parallel", "pipeline_parallel")
+
+LAYOUT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel")
+"""The plan columns ``ParallelLayout.from_columns`` reads besides data parallel: what a
+cost term that asks the layout depends on (``costs/compute.OPERATOR_COLUMNS``)."""
+
+STAGE_GROUP_COLUMNS = ("tensor_parallel", "context_parallel", "data_parallel", "expert_parallel", "expert_tensor_parallel")
+"""The columns of the expert-group rule (ep x etp divides a stage's tp x cp x dp ranks)."""
 """Innermost (fastest-varying rank index) first."""
 
 
@@ -82,6 +89,16 @@ class ParallelLayout:
             expert_parallel=getattr(columns, "expert_parallel", 1),
             expert_tensor_parallel=resolved_expert_tensor_parallel(
                 getattr(columns, "expert_tensor_parallel", 0), columns.tensor_parallel),
+        )
+
+    @classmethod
+    def of_stage(cls, rows) -> "ParallelLayout":
+        """The layout of one pipeline stage's ranks (pp 1) from rows holding
+        ``STAGE_GROUP_COLUMNS`` (etp 0 resolved to tp): what the expert-group rule asks."""
+        return cls(
+            tensor_parallel=rows.tensor_parallel, context_parallel=rows.context_parallel,
+            data_parallel=rows.data_parallel, pipeline_parallel=1, expert_parallel=rows.expert_parallel,
+            expert_tensor_parallel=resolved_expert_tensor_parallel(rows.expert_tensor_parallel, rows.tensor_parallel),
         )
 
     @classmethod

@@ -22,7 +22,7 @@ from vramopt.costs.expert_parallel import (
     moe_tensor_parallel_adjustment_s,
     unsplit_expert_parameters_per_gpu,
 )
-from vramopt.parallel_layout import ParallelLayout, resolved_expert_tensor_parallel
+from vramopt.parallel_layout import STAGE_GROUP_COLUMNS, ParallelLayout, resolved_expert_tensor_parallel
 
 LARGEST_DEFAULT_DEGREE = 64
 """DeepSeek-V3 technical report section 3.1: 64-way expert parallelism over 8 nodes."""
@@ -210,9 +210,7 @@ def _whole_experts_searched(request, rows):
 
 def _expert_groups_fit(request, rows):
     """ep x etp divides the stage's tp x cp x dp ranks (the expert layers refold them)."""
-    layout = ParallelLayout(tensor_parallel=rows.tensor_parallel, context_parallel=rows.context_parallel,
-                            data_parallel=rows.data_parallel, pipeline_parallel=1,
-                            expert_parallel=rows.expert_parallel, expert_tensor_parallel=_resolved(rows))
+    layout = ParallelLayout.of_stage(rows)
     return layout.stage_gpus % layout.expert_weight_shards == 0
 
 
@@ -220,8 +218,7 @@ EXPERT_TENSOR_KEY = KeyDomain(
     values=lambda request: request.resolve("expert_tensor_parallel"),
     rules=(
         KeyRule(reads=("tensor_parallel", "expert_parallel", "expert_tensor_parallel"), admits=_whole_experts_searched),
-        KeyRule(reads=("tensor_parallel", "context_parallel", "data_parallel", "expert_parallel", "expert_tensor_parallel"),
-                admits=_expert_groups_fit),
+        KeyRule(reads=STAGE_GROUP_COLUMNS, admits=_expert_groups_fit),
     ),
     same_as=_resolved,  # code 0 and code tp are one layout: the first in the domain's order kept
 )

@@ -19,6 +19,7 @@ import numpy as np
 from vramopt.costs.columns import CHECKPOINT_EVERY, CHECKPOINT_SELECTIVE, PlanColumns
 from vramopt.costs.operators import micro_batch_operator_seconds
 from vramopt.costs.pipeline_stages import uneven
+from vramopt.parallel_layout import LAYOUT_COLUMNS
 from vramopt.types import PRECISIONS, GpuSpec, ModelSpec
 
 def non_embedding_active_parameters(model: ModelSpec) -> float:
@@ -78,9 +79,8 @@ def peak_flops_per_s(gpu: GpuSpec, precision: np.ndarray) -> np.ndarray:
     return np.array([gpu.peak_flops_per_s.get(name, 0.0) for name in PRECISIONS])[precision]
 
 
-OPERATOR_COLUMNS = (
-    "tensor_parallel", "pipeline_parallel", "context_parallel", "micro_batch", "precision",
-    "flash_attention", "sequence_parallel", "checkpoint_kind", "expert_parallel", "expert_tensor_parallel",
+OPERATOR_COLUMNS = LAYOUT_COLUMNS + (
+    "micro_batch", "precision", "flash_attention", "sequence_parallel", "checkpoint_kind",
     "first_stage_layers", "last_stage_layers",
 )
 """The plan columns ``costs/operators.py`` reads."""

@@ -193,7 +193,7 @@ def attention_core_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns,
     heads = model.heads / t * columns.micro_batch
     d = float(model.head_dim if model.mla is None else model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim)
     s = float(seq_len)
-    tokens_per_rank = s / columns.context_parallel
+    tokens_per_rank = ParallelLayout.from_columns(columns).tokens_per_rank(s)
     generation, _ = generation_of(gpu)
     peak = attention_peak(gpu, columns.precision)
     layers = timed_stage_layers(model, columns, stage)
@@ -273,7 +273,7 @@ def eager_elementwise_extra_seconds(model: ModelSpec, gpu: GpuSpec, columns: Pla
     PyTorch kernels (no torch.compile, no fused norm/activation/rotary kernels) instead of the
     fused kernels ``elementwise_seconds`` charges: the unfused byte counts above minus the
     fused ones. torchtitan without ``--training.compile`` runs this way."""
-    tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
+    tokens = ParallelLayout.from_columns(columns).tokens_per_rank(seq_len) * columns.micro_batch
     t = columns.tensor_parallel.astype(float)
     h = float(model.hidden_size)
     scale = PRECISION_ACTIVATION_SCALE[columns.precision]
@@ -299,7 +299,7 @@ def micro_batch_operator_seconds(
 ) -> dict[str, np.ndarray]:
     """Forward + backward + recomputation of one micro-batch on one GPU (one cp rank of one
     stage), split by operator class; ``compute_s`` is their sum."""
-    tokens = float(seq_len) * columns.micro_batch / columns.context_parallel
+    tokens = ParallelLayout.from_columns(columns).tokens_per_rank(seq_len) * columns.micro_batch
     layer_forward, layer_backward, head_forward, head_backward, column_weight_gradient = (
         part * (1.0 + compute_overhead_fraction)
         for part in linear_seconds(model, gpu, columns, tokens, trainable_fraction, linear_parameters, stage)

@@ -57,7 +57,7 @@ MESSAGES_PER_SLOT_PER_CHUNK = 2.0
 
 def boundary_tensor_bytes(model: ModelSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
     """Bytes of the full hidden state one micro-batch carries across a stage boundary (one cp rank)."""
-    tokens = np.asarray(columns.micro_batch, dtype=float) * seq_len / np.asarray(columns.context_parallel, dtype=float)
+    tokens = np.asarray(columns.micro_batch, dtype=float) * ParallelLayout.from_columns(columns).tokens_per_rank(seq_len)
     return tokens * model.hidden_size * PRECISION_COMMUNICATION_BYTES[np.asarray(columns.precision)]
 
 
