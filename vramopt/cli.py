@@ -128,7 +128,7 @@ def estimate(output_format: str, framework: str | None, **options: Any) -> None:
     workload = build_workload(options)
     if isinstance(workload, ServingWorkload):
         if framework not in (None, DEFAULT_FRAMEWORK):
-            raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM")
+            raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM or SGLang")
         if not given("quantization"):  # a quantized checkpoint is served in its own format
             options["quantization"] = checkpoint_format(load_model(workload.model)) or options["quantization"]
         result = estimate_serving(workload, build_plan(options)).to_dict()
@@ -181,7 +181,7 @@ def models(output_format: str) -> None:
 @cost_options
 @click.option("--export", "export", type=(click.Choice(EXPORT_TARGETS), str), default=None,
               help="Also write a framework config of the plan: --export deepspeed ds.json, --export megatron train.sh, "
-                   "--export torchtitan train.sh or --export vllm vllm.json.")
+                   "--export torchtitan train.sh, --export vllm vllm.yaml or --export sglang sglang.yaml.")
 @framework_option
 @format_option()
 @with_plan_fields

@@ -17,7 +17,7 @@ import click
 from vramopt.errors import InputError
 from vramopt.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, load_framework
 
-EXPORT_TARGETS = ("deepspeed", "megatron", "torchtitan", "vllm")
+EXPORT_TARGETS = ("deepspeed", "megatron", "torchtitan", "vllm", "sglang")
 """The --export targets of solve (vramopt.exporters.EXPORTERS)."""
 
 TRAINING_EXPORT_FRAMEWORKS = {"deepspeed": "deepspeed", "megatron": "megatron", "torchtitan": "torchtitan"}

@@ -74,6 +74,16 @@ def test_the_vllm_export_says_how_to_launch_it(tmp_path):
     assert "toy_proxy_server.py --prefiller-hosts" in notes
 
 
+def test_the_sglang_export_says_how_to_launch_it(tmp_path):
+    target = tmp_path / "sglang.yaml"
+    result = invoke(WINS + ["--export", "sglang", str(target)])
+    assert result.exit_code == 0, result.output
+    notes = result.stderr if hasattr(result, "stderr") else result.output
+    assert "note (sglang): disaggregated prefill/decode is the answer (1 prefill x tp2 + 1 decode x tp2)" in notes
+    assert "--disaggregation-mode prefill" in notes and "--disaggregation-mode decode" in notes
+    assert target.read_text().startswith("# python -m sglang.launch_server --config FILE")
+
+
 def test_the_switch_turns_it_off_and_is_checked():
     response = _json(WINS + ["--disaggregation", "off"])
     assert "disaggregation" not in response

@@ -376,7 +376,7 @@ def test_inconsistent_or_empty_responses_are_refused():
 
 
 def test_export_dispatches_by_target():
-    assert set(EXPORTERS) == {"deepspeed", "megatron", "torchtitan", "vllm"}
+    assert set(EXPORTERS) == {"deepspeed", "megatron", "torchtitan", "vllm", "sglang"}
     assert isinstance(export("vllm", serving_response("bf16-tp8")), VllmExport)
     assert export("deepspeed", training_response("zero0-bf16")).content["zero_optimization"] == {"stage": 0}
     assert "pretrain_gpt.py" in export("megatron", training_response("zero0-bf16")).content["launch"]

@@ -1,4 +1,4 @@
-"""Framework configurations from a plan: DeepSpeed, Megatron-LM and torchtitan for training, vLLM for serving.
+"""Framework configurations from a plan: DeepSpeed, Megatron-LM and torchtitan for training, vLLM and SGLang for serving.
 
 Each exporter reads one "vramopt/v1" response (``to_dict()`` of an estimate, or a solve
 result) and returns an ``ExportResult``: the configuration (``content``, ``text()``) and
@@ -22,6 +22,7 @@ from vramopt.errors import InputError
 from vramopt.exporters.deepspeed import deepspeed_config
 from vramopt.exporters.megatron import MegatronExport, megatron_args
 from vramopt.exporters.result import ExportResult
+from vramopt.exporters.sglang import SglangExport, sglang_args
 from vramopt.exporters.torchtitan import TorchtitanExport, torchtitan_args
 from vramopt.exporters.vllm import VllmExport, vllm_args
 
@@ -30,15 +31,17 @@ EXPORTERS: dict[str, Callable[[Mapping[str, Any]], ExportResult]] = {
     "megatron": megatron_args,
     "torchtitan": torchtitan_args,
     "vllm": vllm_args,
+    "sglang": sglang_args,
 }
 """Target name -> exporter."""
 
 
 def export(target: str, response: Mapping[str, Any]) -> ExportResult:
-    """Export ``response`` for ``target`` ('deepspeed' or 'vllm')."""
+    """Export ``response`` for ``target`` (a name of ``EXPORTERS``)."""
     if target not in EXPORTERS:
         raise InputError(f"export target '{target}' is not one of {', '.join(EXPORTERS)}")
     return EXPORTERS[target](response)
 
 
-__all__ = ["EXPORTERS", "ExportResult", "MegatronExport", "TorchtitanExport", "VllmExport", "deepspeed_config", "export", "megatron_args", "torchtitan_args", "vllm_args"]
+__all__ = ["EXPORTERS", "ExportResult", "MegatronExport", "SglangExport", "TorchtitanExport", "VllmExport", "deepspeed_config", "export",
+           "megatron_args", "sglang_args", "torchtitan_args", "vllm_args"]
