@@ -89,6 +89,15 @@ def layer_bytes(
     return linear + np.where(keep_attention_scores, scores, 0.0)
 
 
-def checkpoint_bytes(shape: ActivationShape, seq_len, micro_batch):
-    """Bytes kept per checkpointed layer input under full recomputation (Table 2: 2sbh)."""
-    return FULL_RECOMPUTE_SBH * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * shape.hidden_size
+def checkpoint_bytes(shape: ActivationShape, seq_len, micro_batch, tensor_parallel=1, sequence_parallel=0):
+    """Bytes kept per checkpointed layer input under full recomputation (Table 2: 2sbh).
+
+    Under sequence parallelism the layer input is the tensor-parallel rank's sequence shard,
+    [s/t, b, h], so each rank keeps 2sbh/t: Megatron-Core 0.16.1 refuses
+    ``distribute_saved_activations`` (splitting the saved input over tp) together with
+    ``sequence_parallel`` because the input is split already
+    (megatron/core/transformer/transformer_config.py ``TransformerConfig.__post_init__``), and
+    torchtitan's full AC keeps the same sharded input (frameworks/torchtitan_activations.py)."""
+    split = np.where(np.asarray(sequence_parallel) == 1, np.asarray(tensor_parallel, dtype=float), 1.0)
+    return (FULL_RECOMPUTE_SBH * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * shape.hidden_size
+            / split)

@@ -141,7 +141,7 @@ def activation_bytes(
     for layers_per_stage, stage_in_flight in stage_activation_loads(model, columns, in_flight, micro_batches):
         stored = np.where(
             columns.checkpoint_kind == CHECKPOINT_EVERY,
-            np.ceil(layers_per_stage / np.maximum(columns.checkpoint_every, 1)) * checkpoint_bytes(shape, seq_len, columns.micro_batch),
+            np.ceil(layers_per_stage / np.maximum(columns.checkpoint_every, 1)) * checkpoint_bytes(shape, seq_len, columns.micro_batch, columns.tensor_parallel, columns.sequence_parallel),
             layers_per_stage * full_layer,
         )
         stored_most = np.maximum(stored_most, stage_in_flight * stored)
