@@ -49,9 +49,11 @@ NOTES = """
   inside the weight-gradient GEMM where the 2021 fp16 path adds each micro-batch's gradients
   in a separate pass (costs/optimizer_step.py). The 1T rows remain the worst (+7%): the same
   1T layout ran 8.7% faster there (94.42 s, 177 TFLOP/s) than in Narayanan et al. 2021
-  (163 TFLOP/s), of which those two explain about 5 points. The 22B rows (one stage) are 3-6%
-  fast: Table 4 puts 48 layers at 0.97 s of the 1.10 s step, and vramopt's head, loss and
-  optimizer step (60 ms) fall short of the remaining 126 ms.
+  (163 TFLOP/s), of which those two explain about 5 points. The 22B rows (one stage) are 2-4.5%
+  fast: Table 4 puts 48 layers at 0.97 s of the 1.10 s step, 126 ms for the rest; vramopt's
+  optimizer step is now 85 ms of it, with the local DDP's in-place division of the fp32
+  gradient buffer by the data-parallel size (`allreduce_gradients`, run also at dp = 1:
+  13.5 ms), besides the head and the loss.
 - Every pipeline stage sends its micro-batch's activations forward and their gradients back
   (costs/pipeline_p2p.py), 1/tp of the tensor per rank over the link the pipeline group
   crosses: 0.1-2.8% of the Table 5 steps.
