@@ -6,8 +6,10 @@ out-of-sample errors.
 
 One coefficient per GPU generation is fitted (``vramopt/validation/calibration.py``): the
 Ampere large-GEMM fraction on Narayanan et al. 2021 Table 1, the Hopper one on the
-Megatron-LM README H100 weak-scaling table. The printed fits go into ``FITTED_A100`` /
-``FITTED_H100`` in ``vramopt/costs/gemm.py``. Per-row errors follow, then the report of
+Megatron-LM README H100 weak-scaling table; and the sustained rate of the 500 W Grand Teton H100
+of torchtitan's runs on its four Dec 2024 8B rows. The printed fits go into ``FITTED_A100`` /
+``FITTED_H100`` in ``vramopt/costs/gemm.py`` and ``SUSTAINED_RATE_FRACTION`` in
+``vramopt/validation/grand_teton.py``. Per-row errors follow, then the report of
 ``vramopt validate`` (every other published run is out of sample).
 """
 
@@ -26,7 +28,7 @@ from vramopt.validation.calibration import fit  # noqa: E402
 
 
 def main() -> None:
-    for generation in ("ampere", "hopper"):
+    for generation in ("ampere", "hopper", "grand_teton"):
         result = fit(generation)
         print(f"{generation}: fitted on {result.fitted_on}")
         print(f"  fit on all rows {result.fitted:.4f} (catalog {result.catalog:.4f}); "

@@ -38,7 +38,16 @@ QUANTITIES = {
     "serving_output_tokens_per_s": "output tokens/s (saturation)",
     "compile_speedup": "torch.compile / eager tokens/s",
     "layer_ms": "layer forward + backward time",
+    "schedule_speedup": "interleaved / 1F1B tokens/s",
+    "async_tp_speedup": "async TP / plain TP tokens/s",
 }
+
+SPEEDUP_PAIRS = {
+    "schedule_speedup": (("tt24_t5_405b_fsdp8_tp8_pp8_1f1b", "tt24_t5_405b_fsdp8_tp8_pp8_interleaved"),),
+    "async_tp_speedup": (("tt24_t4_70b_fsdp32_tp8", "tt24_t4_70b_fsdp32_tp8_asynctp"),
+                         ("tto_405b_tp8_fsdp16_fp8_128h100", "tto_405b_tp8_fsdp16_fp8_asynctp_128h100")),
+}
+"""Published pairs of runs that differ in one technique: (slower, faster) case ids."""
 
 SOURCES = (
     ("n21_t1_", "Narayanan et al. 2021 Table 1 (A100)"),
@@ -54,6 +63,14 @@ SOURCES = (
     ("sglang", "SGLang 0.3 / vLLM 0.6 offline (ShareGPT)"),
     ("vllm", "SGLang 0.3 / vLLM 0.6 offline (ShareGPT)"),
 )
+
+
+FITTED_QUANTITIES = {
+    "ampere": ("achieved TFLOP/s per GPU", "ampere large-GEMM fraction"),
+    "hopper": ("model TFLOP/s per GPU", "hopper large-GEMM fraction"),
+    "grand_teton": ("tokens/s per GPU", "Grand Teton H100 sustained rate"),
+}
+"""What each fitted coefficient's rows measure, and the coefficient's name (calibration.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +108,12 @@ def validation_report() -> list[ValidationRow]:
     leave-one-out refits re-evaluate their runs on a grid of coefficient values)."""
     rows = []
     fitted_cases = set()
-    for generation in ("ampere", "hopper"):
+    for generation in ("ampere", "hopper", "grand_teton"):
         result = fit(generation)
         fitted_cases.update(result.case_ids)
         source = source_of(result.case_ids[0])
-        quantity = "achieved TFLOP/s per GPU" if generation == "ampere" else "model TFLOP/s per GPU"
-        rows.append(_row(source, quantity, f"in-sample ({generation} large-GEMM fraction {result.catalog})",
+        quantity, coefficient = FITTED_QUANTITIES[generation]
+        rows.append(_row(source, quantity, f"in-sample ({coefficient} {result.catalog})",
                          dict(zip(result.case_ids, result.in_sample_errors))))
         rows.append(_row(source, quantity, "leave-one-out", dict(zip(result.case_ids, result.held_out_errors))))
     groups: dict[tuple[str, str], dict[str, float]] = {}
@@ -114,6 +131,12 @@ def validation_report() -> list[ValidationRow]:
         f"{case}_speedup": (by_case[case].predicted() / by_case[case[: -len("_compile")]].predicted())
         / (by_case[case].published / by_case[case[: -len("_compile")]].published) - 1.0
         for case in by_case if case.startswith("tt24_") and case.endswith("_compile") and case[: -len("_compile")] in by_case}
+    # Table 5's 1F1B -> interleaved 1F1B and async TP's speed-ups on the same torchtitan plans.
+    for quantity, pairs in SPEEDUP_PAIRS.items():
+        groups[(source_of(pairs[0][0]), QUANTITIES[quantity])] = {
+            f"{faster}_speedup": (by_case[faster].predicted() / by_case[slower].predicted())
+            / (by_case[faster].published / by_case[slower].published) - 1.0
+            for slower, faster in pairs if slower in by_case and faster in by_case}
     groups[(source_of("sglang"), QUANTITIES["serving_output_tokens_per_s"])] = {
         row.case_id: row.relative_error() for row in serving_predictions()}
     groups[(source_of("k22_t4_"), QUANTITIES["layer_ms"])] = table4_errors()

@@ -61,6 +61,10 @@ class GemmGeneration:
     """Measured maximum achievable matmul FLOP/s over peak (upper bound of the above)."""
     flash_attention_fraction: float
     """FlashAttention forward + backward FLOP/s over the 16-bit peak (causal, head dim 128)."""
+    sdpa_attention_fraction: float
+    """The same for FlashAttention-2-class kernels: torch's ``scaled_dot_product_attention``
+    flash backend (Dao's FlashAttention-2 kernels inside ATen) and FlexAttention, which
+    torchtitan runs; on Hopper these lack FlashAttention-3's warp specialization and FP8 paths."""
     source: str
 
 
@@ -70,49 +74,56 @@ FITTED_H100 = 0.6775
 GENERATIONS = {
     "ampere": GemmGeneration(
         name="ampere", large_gemm_fraction=FITTED_A100, max_achievable_fraction=267.9 / 312,
-        flash_attention_fraction=0.60,
+        flash_attention_fraction=0.60, sdpa_attention_fraction=0.60,
         source="large_gemm_fraction fitted on Narayanan et al. 2021 Table 1 (ten A100 rows; "
                "benchmarks/calibrate_throughput.py, leave-one-out there); maximum achievable 267.9/312 "
                "(ml-engineering MAMF table, A100 SXM, CUDA 12.1); flash attention: Dao 2023 (FlashAttention-2) "
-               "Figure 4-6, forward + backward 176-203 TFLOP/s on A100 at head dim 128, causal, long sequences",
+               "Figure 4-6, forward + backward 176-203 TFLOP/s on A100 at head dim 128, causal, long sequences "
+               "(torch's SDPA flash backend runs the same FlashAttention-2 kernels: the same fraction)",
     ),
     "hopper": GemmGeneration(
         name="hopper", large_gemm_fraction=FITTED_H100, max_achievable_fraction=792.1 / 989,
-        flash_attention_fraction=0.45,
+        flash_attention_fraction=0.45, sdpa_attention_fraction=335.0 / 989.5,
         source="large_gemm_fraction fitted on the Megatron-LM README H100 weak-scaling table (nine GPT rows "
                "1.7B-462B; benchmarks/calibrate_throughput.py, leave-one-out there); maximum achievable "
                "792.1/989 (ml-engineering MAMF table, H100 SXM, CUDA 12.1); flash attention: Shah et al. 2024 "
                "(FlashAttention-3) section 4.1, forward up to 740 TFLOP/s (75%) bf16, backward 1.5-1.75x "
-               "FlashAttention-2's ~335 TFLOP/s forward + backward: about 45% of peak over both",
+               "FlashAttention-2's ~335 TFLOP/s forward + backward: about 45% of peak over both; FlashAttention-2-class "
+               "kernels (torch SDPA, FlexAttention) at FlashAttention-2's ~335 TFLOP/s forward + backward on H100 "
+               "(Shah et al. 2024 Figures 5-6; its abstract: FlashAttention-2 reaches 35% utilization on H100)",
     ),
     "blackwell": GemmGeneration(
         name="blackwell", large_gemm_fraction=FITTED_H100 * (1745.0 / 2250) / (792.1 / 989),
         max_achievable_fraction=1745.0 / 2250, flash_attention_fraction=0.45,
+        sdpa_attention_fraction=335.0 / 989.5,
         source="assumption: no published training run on B200/GB200 in the project's data; the Hopper fit "
                "scaled by the ratio of maximum achievable matmul fractions (B200 1,745/2,250 bf16, "
                "ml-engineering B200 comparison; H100 792.1/989); flash attention as Hopper (FlashAttention-3 "
-               "class kernels)",
+               "class kernels; FlashAttention-2-class ones at Hopper's fraction too)",
     ),
     "cdna3": GemmGeneration(
         name="cdna3", large_gemm_fraction=FITTED_H100 * (781.9 / 1300) / (792.1 / 989),
         max_achievable_fraction=781.9 / 1300, flash_attention_fraction=0.35,
+        sdpa_attention_fraction=0.35,
         source="assumption: no MI300X training run in the project's data; the Hopper fit scaled by the ratio "
                "of maximum achievable matmul fractions (MI300X 781.9/1,300, ROCm 6.2, ml-engineering MAMF "
                "table); flash attention (CK FlashAttention-2 port) at the same 0.6 of the GEMM fraction as "
-               "Ampere's FlashAttention-2",
+               "Ampere's FlashAttention-2 (the port is FlashAttention-2 class: the same fraction for torch SDPA)",
     ),
     "consumer": GemmGeneration(
         name="consumer", large_gemm_fraction=FITTED_A100 * 0.8 / (267.9 / 312),
         max_achievable_fraction=0.8, flash_attention_fraction=0.55,
+        sdpa_attention_fraction=0.55,
         source="assumption: GeForce/L40-class cards (Ada, consumer Blackwell) have no published MAMF in the "
                "project's sources; 0.8 of peak taken as their maximum achievable matmul fraction, scaled to "
-               "training by the A100 fit's ratio; flash attention as Ampere's FlashAttention-2, slightly lower",
+               "training by the A100 fit's ratio; flash attention as Ampere's FlashAttention-2, slightly lower (FlashAttention-2 "
+               "kernels: the same for torch SDPA)",
     ),
 }
 
 GPU_GENERATION = {
     "a100-40gb": ("ampere", 108), "a100-80gb": ("ampere", 108),
-    "h100": ("hopper", 132), "h100-pcie": ("hopper", 114), "h200": ("hopper", 132), "h800": ("hopper", 132),
+    "h100": ("hopper", 132), "h100-grand-teton": ("hopper", 132), "h100-pcie": ("hopper", 114), "h200": ("hopper", 132), "h800": ("hopper", 132),
     "b200": ("blackwell", 148), "b200-192gb": ("blackwell", 148), "gb200": ("blackwell", 148),
     "mi300x": ("cdna3", 304),
     "rtx4090": ("consumer", 128), "l40s": ("consumer", 142), "rtx5090": ("consumer", 170), "rtx6090": ("consumer", 170),
@@ -121,7 +132,9 @@ GPU_GENERATION = {
 whitepaper (108), H100 whitepaper (SXM5 132, PCIe 114; H200 and H800 SXM are the same GH100 die as SXM5),
 Blackwell B200 (148 SMs, NVIDIA Blackwell architecture technical brief), AMD CDNA3 whitepaper
 (MI300X 304 CUs), Ada whitepaper (RTX 4090 128, L40S 142), RTX 5090 (170, NVIDIA RTX Blackwell
-whitepaper); RTX 6090 carries the RTX 5090's figures (catalog notes: not a published product)."""
+whitepaper); RTX 6090 carries the RTX 5090's figures (catalog notes: not a published product).
+``h100-grand-teton`` is no catalog GPU: the SXM5 H100 of torchtitan's published runs
+(vramopt/validation/grand_teton.py)."""
 
 DEFAULT_GENERATION = ("hopper", 132)
 """assumption: a GPU from a user file with no generation known is timed like an H100 SXM."""

@@ -240,6 +240,21 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, to
     return per_byte * (layers * forward + loss / 2.0), per_byte * (layers * backward + loss / 2.0)
 
 
+def sdpa_attention_extra_seconds(model: ModelSpec, gpu: GpuSpec, columns: PlanColumns, seq_len: int) -> np.ndarray:
+    """Extra seconds of one micro-batch's flash attention when it runs as FlashAttention-2-class
+    kernels (torch ``scaled_dot_product_attention``, FlexAttention: what torchtitan calls) instead
+    of the generation's best kernels that ``attention_core_seconds`` charges (FlashAttention-3 /
+    cuDNN on Hopper, as Megatron-Core's Transformer Engine runs): the forward and backward, and
+    the forward again under full recomputation. Zero where flash attention is off or the two
+    fractions agree (Ampere)."""
+    generation, _ = generation_of(gpu)
+    forward, backward = attention_core_seconds(model, gpu, columns, seq_len)
+    full = columns.checkpoint_kind == CHECKPOINT_EVERY
+    flash_seconds = forward + backward + np.where(full, forward, 0.0)
+    slower = generation.flash_attention_fraction / generation.sdpa_attention_fraction - 1.0
+    return np.where(columns.flash_attention == 1, flash_seconds * slower, 0.0)
+
+
 EAGER_NORM_FORWARD_BYTES = 36.0
 """torch eager RMSNorm per element (ATen ``rms_norm`` composite, torch.nn.RMSNorm as torchtitan
 builds it without torch.compile): upcast to fp32 (read 2, write 4), pow (4 + 4), mean (read 4),

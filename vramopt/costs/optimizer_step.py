@@ -44,6 +44,20 @@ def unfused_accumulation_seconds(gpu, trainable_params_per_gpu, gradient_bytes, 
     return np.maximum(np.asarray(micro_batches, dtype=float) - 1.0, 0.0) * per_pass
 
 
+LOCAL_DDP_SCALE_BYTES_PER_ELEMENT = 2.0
+"""Megatron-LM's local DDP (``megatron/model/distributed.py`` ``allreduce_gradients``, 2020-2022,
+the code of Narayanan et al. 2021 and Korthikanti et al. 2022) divides the whole contiguous
+gradient buffer by the data-parallel size in place (``buffer_.data /= world_size``) before its
+all-reduce, on every iteration and whatever the size (``train_step`` calls it unconditionally,
+also at dp = 1): one read and one write of each gradient element."""
+
+
+def local_ddp_scale_seconds(gpu, trainable_params_per_gpu, gradient_bytes) -> np.ndarray:
+    """Seconds of that in-place division pass over one GPU's gradient buffer."""
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * coefficient("hbm_bandwidth_efficiency")
+    return LOCAL_DDP_SCALE_BYTES_PER_ELEMENT * np.asarray(gradient_bytes, dtype=float) * trainable_params_per_gpu / bandwidth
+
+
 FP32_GRADIENT_BYTES = 4.0
 ZERO_GRADIENT_BUFFER_BYTES = 4.0
 """The fp32 ``main_grad`` buffer zeroed once per iteration."""

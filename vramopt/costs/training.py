@@ -47,8 +47,8 @@ from vramopt.costs.memory import (
 )
 from vramopt.costs.offload import offload_seconds_per_step
 from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes
-from vramopt.costs.optimizer_step import optimizer_step_seconds, unfused_accumulation_seconds
-from vramopt.costs.operators import eager_elementwise_extra_seconds
+from vramopt.costs.optimizer_step import local_ddp_scale_seconds, optimizer_step_seconds, unfused_accumulation_seconds
+from vramopt.costs.operators import eager_elementwise_extra_seconds, sdpa_attention_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
 from vramopt.costs.pipeline_p2p import pipeline_p2p_seconds
 from vramopt.costs.precision import PRECISION_BYTES
@@ -161,6 +161,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         from vramopt.frameworks.torchtitan_activations import selective_recompute_seconds
 
         compute_per_micro_batch = compute_per_micro_batch + selective_recompute_seconds(model, gpu, columns, seq_len)
+        # torchtitan's attention is torch SDPA / FlexAttention: FlashAttention-2-class kernels.
+        compute_per_micro_batch = compute_per_micro_batch + sdpa_attention_extra_seconds(model, gpu, columns, seq_len)
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
                              + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / ParallelLayout.from_columns(columns).activation_token_shards()
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
@@ -203,6 +205,10 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     if case.unfused_gradient_accumulation:
         optimizer_step_seconds_value = optimizer_step_seconds_value + unfused_accumulation_seconds(
             gpu, params_gpu * case.trainable_fraction, PRECISION_BYTES[columns.precision], micro_batches)
+    if not case.data_parallel_overlap:  # Megatron-LM's local DDP scales its gradient buffer in place
+        gradient_bytes = np.maximum(PRECISION_BYTES[columns.precision], 4.0) if case.fp32_gradient_buffer else PRECISION_BYTES[columns.precision]
+        optimizer_step_seconds_value = optimizer_step_seconds_value + local_ddp_scale_seconds(
+            gpu, params_gpu * case.trainable_fraction, gradient_bytes)
     step_time = pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
 
     tokens_per_step = float(case.global_batch * seq_len)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vramopt.validation.grand_teton import NAME as GRAND_TETON, grand_teton_h100
 from vramopt.validation.narayanan import gpt_model
 from vramopt.costs.training import TrainingCase, evaluate_training
 from vramopt.hardware import load_gpu
@@ -88,9 +89,13 @@ class PublishedRun:
     """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
     """True for torchtitan runs without torch.compile (separate eager element-wise kernels)."""
+    framework: str = "generic"
+    """'torchtitan' for torchtitan's runs: its per-op selective recomputation, memory rules and
+    FlashAttention-2-class attention (TrainingCase.framework)."""
 
     def evaluate(self) -> dict[str, float]:
-        case = TrainingCase(model=self.model, gpu=load_gpu(self.gpu), seq_len=self.seq_len, global_batch=self.global_batch,
+        case = TrainingCase(model=self.model, gpu=gpu_of(self.gpu), seq_len=self.seq_len, global_batch=self.global_batch,
+                            framework=self.framework,
                             data_parallel_overlap=self.data_parallel_overlap,
                             tensor_parallel_overlap=self.tensor_parallel_overlap,
                             tensor_parallel_backward_overlap=self.tensor_parallel_backward_overlap,
@@ -111,7 +116,7 @@ class PublishedRun:
         if self.metric == "achieved_tflops_per_gpu":
             return values["achieved_flops_per_s_per_gpu"] / 1e12
         if self.metric == "model_tflops_per_gpu":
-            peak = load_gpu(self.gpu).peak_flops_per_s[self.plan.precision]
+            peak = gpu_of(self.gpu).peak_flops_per_s[self.plan.precision]
             return values["mfu"] * peak / 1e12
         if self.metric == "peak_memory_gib":
             # torch's peak counts the allocator only: not the CUDA context and NCCL buffers
@@ -121,6 +126,11 @@ class PublishedRun:
 
     def relative_error(self, values: dict[str, float] | None = None) -> float:
         return self.predicted(values) / self.published - 1.0
+
+
+def gpu_of(name: str):
+    """The catalog GPU, or the Grand Teton H100 of torchtitan's runs (grand_teton.py)."""
+    return grand_teton_h100() if name == GRAND_TETON else load_gpu(name)
 
 
 def megatron_gpt_untied(layers: int, hidden: int, heads: int, vocab: int, positions: int) -> ModelSpec:
@@ -202,18 +212,23 @@ def calibration_runs() -> tuple[PublishedRun, ...]:
             zero_stage=int(row["zero_stage"]), checkpointing=row["checkpointing"], precision=row["precision"],
             grad_comm_precision=row["precision"], offload="none", flash_attention=_flag(row["flash_attention"]),
             sequence_parallel=_flag(row["sequence_parallel"]), micro_batch=int(row["micro_batch"]),
+            first_stage_layers=int(row.get("first_stage_layers") or 0), last_stage_layers=int(row.get("last_stage_layers") or 0),
         )
+        torchtitan = row["case_id"].startswith(("tt24_", "tto_"))
         runs.append(PublishedRun(
             case_id=row["case_id"], metric=row["metric"], published=float(row["published"]), model=_model(row["model"]),
             gpu=row["gpu"], seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]), plan=plan,
             tolerance=_tolerance(row), tolerance_kind=row.get("tolerance_kind", ""), source=row["source"],
             # Megatron-LM README: the H100 weak-scaling runs overlap TP (--tp-comm-overlap), DP
             # (--overlap-grad-reduce, --overlap-param-gather) and PP (default) communication.
-            tensor_parallel_overlap=row["case_id"].startswith("meg_readme_"),
+            # torchtitan's async TP (Table 5's 3-D runs and the rows named asynctp) overlaps the same way.
+            tensor_parallel_overlap=row["case_id"].startswith(("meg_readme_", "tt24_t5_")) or "asynctp" in row["case_id"],
             parameter_gather_overlap=row["case_id"].startswith("meg_readme_"),
             pipeline_p2p_overlap=row["case_id"].startswith("meg_readme_"),
-            # The Dec 2024 torchtitan benchmarks give each plan without and with torch.compile (case
-            # ids ending in _compile); docs/performance.md (tto_) does not say, so its rows keep fused kernels.
-            eager_kernels=row["case_id"].startswith("tt24_") and not row["case_id"].endswith("_compile"),
+            # The Dec 2024 torchtitan benchmarks give each 8B plan without and with torch.compile (case
+            # ids with _compile); docs/performance.md (tto_) does not say, so its rows keep fused kernels.
+            # Tables 1 and 3 without "compile" in the case id ran eager; Tables 4 and 5 are all compiled.
+            eager_kernels=row["case_id"].startswith(("tt24_t1_", "tt24_t3_", "tt24_mem_8b_")) and "compile" not in row["case_id"],
+            framework="torchtitan" if torchtitan else "generic",
         ))
     return tuple(runs)
