@@ -107,6 +107,8 @@ workload_options = apply_options(
                      help="infer: clients each keeping one request in flight (instead of --rate)."),
         click.option("--ttft-p99-ms", type=float, default=None, help="infer: bound on the p99 time to first token, ms."),
         click.option("--tpot-ms", type=float, default=None, help="infer: bound on the mean time per output token, ms."),
+        click.option("--shared-prefix-tokens", type=int, default=None,
+                     help="infer: the first N tokens of every prompt are shared (a system prompt): vLLM's prefix caching computes them once."),
         click.option("--disaggregation", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
                      help="infer: solve also searches disaggregated prefill/decode plans at a --rate (docs/serving.md)."),
         click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
@@ -180,7 +182,7 @@ SERVING_ONLY = {
     "kv_cache_dtype": "--kv-cache-dtype", "paged_kv": "--paged-kv", "slots": "--slots", "mig_profile": "--mig-profile",
     "speculative_decoding": "--speculative", "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
     "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
-    "disaggregation": "--disaggregation",
+    "disaggregation": "--disaggregation", "shared_prefix_tokens": "--shared-prefix-tokens",
 }
 
 
@@ -226,7 +228,8 @@ def build_plan(options: Mapping[str, Any]):
 def request_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The request-level serving fields; without --context, max-model-len is the larger of
     8,192 and the longest request's input + output tokens."""
-    fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")}
+    fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms",
+                                                  "shared_prefix_tokens")}
     lengths = (fields["input_tokens"], fields["output_tokens"])
     longest = sum(lengths) if all(isinstance(length, int) and length > 0 for length in lengths) else None
     if options.get("lengths_path") is not None:

@@ -89,6 +89,10 @@ class RequestLoad:
     """Bound on the 99th-percentile time to first token."""
     tpot_s: float | None = None
     """Bound on the mean time per output token."""
+    cached_prefix_tokens: int = 0
+    """Prompt tokens found in the prefix cache (a shared prefix's whole blocks): not prefilled,
+    held once per replica, attended to by every token. ``input_tokens`` and ``inputs`` count
+    the prompt tokens after them, the ones the engine computes."""
 
 
 _affine_fixed_point = affine_fixed_point
@@ -244,10 +248,13 @@ def ttft_points(inputs: np.ndarray) -> tuple[np.ndarray, float, float]:
 
 def mix_contexts(load: RequestLoad) -> tuple[float, float]:
     """(mean context a decode token attends to, mean causal context of a prompt token):
-    sum over requests of (O I + O (O + 1) / 2) / sum O, and sum I^2 / 2 / sum I."""
+    sum over requests of (O I + O (O + 1) / 2) / sum O, and sum I^2 / 2 / sum I, each plus
+    the cached prefix (I: the prompt tokens after it)."""
     inputs, outputs = np.asarray(load.inputs, dtype=float), np.asarray(load.outputs, dtype=float)
     decode = float(np.sum(outputs * inputs + outputs * (outputs + 1) / 2.0) / np.sum(outputs))
-    return decode, float(np.sum(inputs**2) / 2.0 / np.sum(inputs))
+    # A cached prefix is attended to by every token after it.
+    cached = float(load.cached_prefix_tokens)
+    return cached + decode, cached + float(np.sum(inputs**2) / 2.0 / np.sum(inputs))
 
 
 def _block_prefix(tokens: np.ndarray, block_size_tokens: int) -> np.ndarray:
@@ -264,7 +271,8 @@ def request_kv_tokens_per_slot(load: RequestLoad, block_size_tokens: int) -> flo
     return float(np.sum(held) / np.sum(outputs))
 
 
-REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")
+REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms",
+                  "shared_prefix_tokens")
 """The serving workload's request-level fields (types.ServingWorkload)."""
 
 
@@ -310,7 +318,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     clients = workload.concurrency
     if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_COUNT):
         raise InputError(f"concurrency must be a positive integer, got {clients!r}")
-    inputs, outputs = tuple(pair[0] for pair in pairs), tuple(pair[1] for pair in pairs)
+    cached = cached_prefix_tokens(workload.shared_prefix_tokens, min(pair[0] for pair in pairs))
+    inputs, outputs = tuple(pair[0] - cached for pair in pairs), tuple(pair[1] for pair in pairs)
     fixed = len(pairs) == 1
     return RequestLoad(
         input_tokens=inputs[0] if fixed else sum(inputs) / len(inputs),
@@ -319,7 +328,30 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
         rate_per_s=None if workload.rate_per_s is None else float(workload.rate_per_s), concurrency=clients,
         ttft_p99_s=None if workload.ttft_p99_ms is None else workload.ttft_p99_ms / 1e3,
         tpot_s=None if workload.tpot_ms is None else workload.tpot_ms / 1e3,
+        cached_prefix_tokens=cached,
     )
+
+
+PREFIX_BLOCK_TOKENS = 16
+"""vLLM's KV block (``block_size`` 16, the request model's block, costs/inference.py): prefix
+caching hashes and reuses whole blocks only."""
+
+
+def cached_prefix_tokens(shared_prefix_tokens, shortest_input: int) -> int:
+    """Tokens of every prompt served from the prefix cache: the shared prefix's whole blocks,
+    and never the prompt's last token, which vLLM always computes for its logits
+    (``KVCacheManager.get_computed_blocks`` leaves at least one token to compute)."""
+    from vramopt.errors import InputError
+    from vramopt.types import MAX_COUNT
+
+    if shared_prefix_tokens is None:
+        return 0
+    if isinstance(shared_prefix_tokens, bool) or not isinstance(shared_prefix_tokens, int) or not 0 <= shared_prefix_tokens <= MAX_COUNT:
+        raise InputError(f"shared_prefix_tokens must be a non-negative integer, got {shared_prefix_tokens!r}")
+    if shared_prefix_tokens >= shortest_input:
+        raise InputError(f"shared_prefix_tokens ({shared_prefix_tokens:,}) must be shorter than every prompt "
+                         f"(the shortest has {shortest_input:,} tokens)")
+    return min(shared_prefix_tokens // PREFIX_BLOCK_TOKENS * PREFIX_BLOCK_TOKENS, shortest_input - 1)
 
 
 MAX_LENGTH_SAMPLES = 1_000_000
