@@ -14,6 +14,9 @@ def _ms(value: float | None) -> str:
 def _lengths(requests: Mapping[str, Any]) -> str:
     cached = requests.get("cached_prefix_tokens") or 0
     prefix = f" ({cached:,} of each prompt from the prefix cache)" if cached else ""
+    if requests.get("lengths_from") == "lognormal":
+        return (f"lognormal lengths from a mean and a p99 ({requests['length_samples']:,} quantiles), mean {requests['input_tokens']:,.1f} "
+                f"input + {requests['output_tokens']:,.1f} output tokens{prefix}")
     if requests.get("length_samples"):
         return (f"{requests['length_samples']:,} sampled requests, mean {requests['input_tokens']:,.1f} input + "
                 f"{requests['output_tokens']:,.1f} output tokens{prefix}")

@@ -34,6 +34,7 @@ def requests_dict(values: Mapping[str, Any], load: RequestLoad) -> dict[str, Any
         "output_tokens": load.output_tokens,
         "cached_prefix_tokens": load.cached_prefix_tokens,
         "length_samples": len(load.inputs) if len(load.inputs) > 1 else None,
+        "lengths_from": load.lengths_from,
         "mode": _mode(load),
         "rate_per_s": load.rate_per_s,
         "concurrency": load.concurrency,

@@ -89,6 +89,9 @@ class RequestLoad:
     """Bound on the 99th-percentile time to first token."""
     tpot_s: float | None = None
     """Bound on the mean time per output token."""
+    lengths_from: str = "fixed"
+    """Where the lengths come from: ``fixed``, ``samples`` (length_samples) or ``lognormal``
+    (a mean and a p99, costs/length_distribution.py)."""
     cached_prefix_tokens: int = 0
     """Prompt tokens found in the prefix cache (a shared prefix's whole blocks): not prefilled,
     held once per replica, attended to by every token. ``input_tokens`` and ``inputs`` count
@@ -272,7 +275,7 @@ def request_kv_tokens_per_slot(load: RequestLoad, block_size_tokens: int) -> flo
 
 
 REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms",
-                  "shared_prefix_tokens")
+                  "shared_prefix_tokens", "input_tokens_p99", "output_tokens_p99")
 """The serving workload's request-level fields (types.ServingWorkload)."""
 
 
@@ -291,6 +294,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     if samples is not None:
         if workload.input_tokens is not None or workload.output_tokens is not None:
             raise InputError("give input_tokens and output_tokens or length_samples (--lengths), not both")
+        if workload.input_tokens_p99 is not None or workload.output_tokens_p99 is not None:
+            raise InputError("give length_samples (--lengths) or p99 lengths, not both")
         pairs = _checked_samples(samples)
     else:
         if workload.input_tokens is None or workload.output_tokens is None:
@@ -300,9 +305,11 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
             value = getattr(workload, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
-        pairs = [(workload.input_tokens, workload.output_tokens)]
+        from vramopt.costs.length_distribution import percentile_pairs
+
+        pairs = percentile_pairs(workload) or [(workload.input_tokens, workload.output_tokens)]
     total = max(prompt + output for prompt, output in pairs)
-    what = "input + output tokens" if samples is None else "the longest request's input + output tokens"
+    what = "input + output tokens" if samples is None and len(pairs) == 1 else "the longest request's input + output tokens"
     if total > max_context:
         raise InputError(f"{what} ({total:,}) exceed {model_name}'s context of {max_context:,} tokens")
     if total > workload.context:
@@ -329,6 +336,7 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
         ttft_p99_s=None if workload.ttft_p99_ms is None else workload.ttft_p99_ms / 1e3,
         tpot_s=None if workload.tpot_ms is None else workload.tpot_ms / 1e3,
         cached_prefix_tokens=cached,
+        lengths_from="samples" if samples is not None else "fixed" if fixed else "lognormal",
     )
 
 
