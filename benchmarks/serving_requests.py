@@ -3,15 +3,11 @@
 Run: python benchmarks/serving_requests.py [--repeats 3] [--skip-latency]
 
 1. The SGLang/vLLM offline rows (vramopt/validation/data/serving_published_runs.csv, copied from
-   ../shared/calibration/published-runs.csv with their sources; vramopt/validation/serving.py): every request queued at
-   once, so the prediction is the plan's saturation capacity (costs/request_serving.py).
-   Lengths: the mean output of 194 tokens is the published output tokens/s over requests/s
-   (3856.01 / 19.84 = 4281.51 / 22.03 = 194.35); the mean input of 230 tokens is ShareGPT's
-   as another run measured it with the Llama 3.1 tokenizer (vllm-project/vllm PR 18566:
-   229,711 input tokens over 1,000 ShareGPT requests); the README does not print it. vLLM
-   0.6 runs at most 256 sequences (max_num_seqs); SGLang's batch is bounded by its KV pool,
-   so its rows take the largest slot count that fits. Nothing here is fitted to these rows:
-   they are out of sample.
+   ../shared/calibration/published-runs.csv with their sources; vramopt/validation/serving.py):
+   5,000 ShareGPT requests queued at once, replayed through each engine's scheduler
+   (costs/offline_benchmark.py) with the request model's step; "batch" is the sequences per
+   decode step over the run, "steady" the steady-state capacity at 256 sequences.
+   Nothing here is fitted to these rows: they are out of sample.
 2. In-process wall time of `solve` for Llama 3.1 70B on H100 at max-gpus 64: the decode-only
    model, and the request-level one with the issue's must-show request (rate 10, 1000 + 1000
    tokens, p99 TTFT 2 s, TPOT 50 ms, min-gpus). Best of --repeats, runner-up search included
@@ -28,12 +24,13 @@ from vramopt.types import SearchSpace, ServingWorkload
 from vramopt.validation.serving import serving_predictions
 
 def published_comparison() -> None:
-    print(f"{'case':<40} {'slots':>5} {'predicted tok/s':>15} {'published':>10} {'error':>7} {'pred req/s':>10} {'published':>9}")
+    print(f"{'case':<40} {'batch':>5} {'predicted tok/s':>15} {'published':>10} {'error':>7} {'pred req/s':>10} {'published':>9} {'steady':>7}")
     errors = []
     for row in serving_predictions():
         errors.append(abs(row.relative_error()))
         print(f"{row.case_id:<40} {row.slots:>5} {row.predicted_output_tokens_per_s:>15,.0f} {row.published_output_tokens_per_s:>10,.0f} "
-              f"{row.relative_error():>+7.1%} {row.predicted_requests_per_s:>10.2f} {row.published_requests_per_s:>9.2f}")
+              f"{row.relative_error():>+7.1%} {row.predicted_requests_per_s:>10.2f} {row.published_requests_per_s:>9.2f} "
+              f"{row.steady_state_output_tokens_per_s:>7,.0f}")
     print(f"mean absolute error {sum(errors) / len(errors):.1%}, max {max(errors):.1%} (out of sample: nothing fitted to these rows)")
 
 

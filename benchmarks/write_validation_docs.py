@@ -102,10 +102,16 @@ NOTES = """
   own tuning model, times DeepSpeed 2021's per-parameter collectives, would explain part of
   the growth; not modelled). The starred 530B row (640 GPUs, micro-batch 4) fits on the
   real GPUs; vramopt's memory model puts it at 89 GB.
-- The SGLang/vLLM offline serving rows are predicted by the operator-level serving model
-  (costs/serving_operators.py: the training GEMM fractions at the step's token count, thin
-  decode steps slower per FLOP). vLLM's rows (at most 256 sequences) are within 23%;
-  SGLang's (about 1,250 sequences, compute bound) are 24-50% fast. Nothing is fitted on them.
+- The SGLang/vLLM offline serving rows replay 5,000 ShareGPT requests (drawn as SGLang's
+  bench_serving draws them) through each engine's scheduler (costs/offline_benchmark.py:
+  vLLM 0.6's prompt-only steps and multi-step groups, SGLang 0.3's token reservation and
+  retraction, the drain at the end), each step timed by the operator-level serving model
+  (costs/serving_operators.py). vLLM's rows are within 13% (+0.3%, +12.9%); SGLang's are
+  17% and 36% fast, with their batch at 465-474 sequences on average. Nothing is fitted on
+  them. Left: Vidur's measured Llama-2-70B layer GEMMs on H100 at tp 4 (microsoft/vidur
+  data/profiling) run 20-35% faster than the serving model's at 256-4,096 tokens, so the
+  engines lose the time outside the kernels (host scheduling per step and per request,
+  which vLLM 0.6's multi-step groups hide and SGLang 0.3 does not); not modelled.
 """
 
 

@@ -96,7 +96,7 @@ from vramopt.optimizer.search import ENGINES
 from vramopt.plot import front_png
 from vramopt.plot_cost import cost_front_png
 from vramopt.optimizer.search import solve as solve_request
-from vramopt.types import OBJECTIVES, ServingWorkload
+from vramopt.types import MAX_COUNT, OBJECTIVES, ServingWorkload
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,6 +118,13 @@ def main(debug: bool) -> None:
 @main.command()
 @workload_options
 @plan_options
+@click.option("--prefill-replicas", type=click.IntRange(1, MAX_COUNT), default=None,
+              help="infer: a disaggregated plan's prefill replicas (with --prefill-tp, --decode-replicas, --decode-tp; docs/serving.md).")
+@click.option("--prefill-tp", "prefill_tensor_parallel", type=click.IntRange(1, MAX_COUNT), default=None,
+              help="infer: tensor-parallel degree of each prefill replica.")
+@click.option("--decode-replicas", type=click.IntRange(1, MAX_COUNT), default=None, help="infer: the decode replicas.")
+@click.option("--decode-tp", "decode_tensor_parallel", type=click.IntRange(1, MAX_COUNT), default=None,
+              help="infer: tensor-parallel degree of each decode replica (--slots: its max-num-seqs).")
 @framework_option
 @hardware_option
 @cost_options
@@ -125,7 +132,15 @@ def main(debug: bool) -> None:
 def estimate(output_format: str, framework: str | None, **options: Any) -> None:
     """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
     whether it fits, and throughput."""
+    from vramopt.disaggregated_estimate import disaggregated_estimate, disaggregated_plan, render_disaggregated_estimate
+
+    disaggregated = disaggregated_plan(options, given)
     workload = build_workload(options)
+    if disaggregated is not None:
+        if not given("quantization"):  # a quantized checkpoint is served in its own format
+            disaggregated = replace(disaggregated, quantization=checkpoint_format(load_model(workload.model)) or disaggregated.quantization)
+        emit(disaggregated_estimate(workload, disaggregated), output_format, render_disaggregated_estimate)
+        return
     if isinstance(workload, ServingWorkload):
         if framework not in (None, DEFAULT_FRAMEWORK):
             raise InputError(f"--framework {framework} applies to training workloads; serving plans export to vLLM or SGLang")

@@ -106,6 +106,12 @@ workload_options = apply_options(
                      help="infer: clients each keeping one request in flight (instead of --rate)."),
         click.option("--ttft-p99-ms", type=float, default=None, help="infer: bound on the p99 time to first token, ms."),
         click.option("--tpot-ms", type=float, default=None, help="infer: bound on the mean time per output token, ms."),
+        click.option("--input-tokens-p99", type=int, default=None,
+                     help="infer: p99 of the prompt tokens; --input-tokens is then the mean of lognormal lengths (docs/serving.md)."),
+        click.option("--output-tokens-p99", type=int, default=None,
+                     help="infer: p99 of the generated tokens; --output-tokens is then the mean (lognormal)."),
+        click.option("--shared-prefix-tokens", type=int, default=None,
+                     help="infer: the first N tokens of every prompt are shared (a system prompt): vLLM's prefix caching computes them once."),
         click.option("--disaggregation", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
                      help="infer: solve also searches disaggregated prefill/decode plans at a --rate (docs/serving.md)."),
         click.option("--lora-rank", type=click.IntRange(1, 65536), default=16, show_default=True,
@@ -172,7 +178,8 @@ SERVING_ONLY = {
     **{technique.field: technique.plan_field.flags[0].split("/")[0] for technique in SERVING_ONLY_TECHNIQUES},
     "input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
     "rate_per_s": "--rate", "concurrency": "--concurrency", "lengths_path": "--lengths", "ttft_p99_ms": "--ttft-p99-ms", "tpot_ms": "--tpot-ms",
-    "disaggregation": "--disaggregation",
+    "disaggregation": "--disaggregation", "shared_prefix_tokens": "--shared-prefix-tokens",
+    "input_tokens_p99": "--input-tokens-p99", "output_tokens_p99": "--output-tokens-p99",
 }
 
 
@@ -207,9 +214,19 @@ def build_plan(options: Mapping[str, Any]):
 def request_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The request-level serving fields; without --context, max-model-len is the larger of
     8,192 and the longest request's input + output tokens."""
-    fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")}
+    fields = {name: options.get(name) for name in ("input_tokens", "output_tokens", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms",
+                                                  "shared_prefix_tokens", "input_tokens_p99", "output_tokens_p99")}
     lengths = (fields["input_tokens"], fields["output_tokens"])
     longest = sum(lengths) if all(isinstance(length, int) and length > 0 for length in lengths) else None
+    if longest is not None and (fields["input_tokens_p99"] is not None or fields["output_tokens_p99"] is not None):
+        from vramopt.costs.length_distribution import percentile_pairs
+        from vramopt.errors import InputError
+
+        names = ("input_tokens", "output_tokens", "input_tokens_p99", "output_tokens_p99")
+        try:  # the longest request of the lognormal mix sets the default max-model-len
+            longest = max(i + o for i, o in percentile_pairs(ServingWorkload(model="", **{name: fields[name] for name in names})))
+        except InputError:  # an invalid p99: the library's check says so
+            longest = None
     if options.get("lengths_path") is not None:
         from vramopt.length_samples_file import read_length_samples
 

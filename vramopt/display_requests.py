@@ -12,10 +12,22 @@ def _ms(value: float | None) -> str:
 
 
 def _lengths(requests: Mapping[str, Any]) -> str:
+    cached = requests.get("cached_prefix_tokens") or 0
+    prefix = f" ({cached:,} of each prompt from the prefix cache)" if cached else ""
+    if requests.get("lengths_from") == "lognormal":
+        return (f"lognormal lengths from a mean and a p99 ({requests['length_samples']:,} quantiles), mean {requests['input_tokens']:,.1f} "
+                f"input + {requests['output_tokens']:,.1f} output tokens{prefix}")
     if requests.get("length_samples"):
         return (f"{requests['length_samples']:,} sampled requests, mean {requests['input_tokens']:,.1f} input + "
-                f"{requests['output_tokens']:,.1f} output tokens")
-    return f"{requests['input_tokens']:,} input + {requests['output_tokens']:,} output tokens"
+                f"{requests['output_tokens']:,.1f} output tokens{prefix}")
+    return f"{requests['input_tokens']:,} input + {requests['output_tokens']:,} output tokens{prefix}"
+
+
+def _prompt(requests: Mapping[str, Any]) -> str:
+    """The prompt whose prefill is shown: its computed tokens, after a cached prefix."""
+    cached = requests.get("cached_prefix_tokens") or 0
+    computed = f"{requests['input_tokens'] - cached:,.0f}"
+    return f"{computed}-token prompt" if not cached else f"{computed}-token prompt after the {cached:,}-token cached prefix"
 
 
 def render_requests(result: Mapping[str, Any]) -> str:
@@ -30,7 +42,7 @@ def render_requests(result: Mapping[str, Any]) -> str:
         ["time to first token, p99", _ms(requests["ttft_p99_ms"])],
         ["time to first token, mean", _ms(requests["ttft_mean_ms"])],
         ["time per output token, mean", _ms(requests["tpot_ms"])],
-        [f"prefill of one {requests['input_tokens']:,.0f}-token prompt (chunked, beside the decodes)", _ms(requests["prefill_ms"])],
+        [f"prefill of one {_prompt(requests)} (chunked, beside the decodes)", _ms(requests["prefill_ms"])],
         ["sequences decoding per replica", f"{requests['running_per_replica']:,.1f}"],
         ["capacity: requests/s at saturation", f"{requests['capacity_requests_per_s']:,.2f}"],
         ["capacity: output tokens/s at saturation", f"{requests['capacity_output_tokens_per_s']:,.0f}"],

@@ -129,7 +129,8 @@ def render_serving(result: Mapping[str, Any]) -> str:
         summary[0][0] = "output tokens/s at saturation (all replicas)"
         summary[1][0] = "time per output token at the offered load"
         summary[3][0] = "step at the offered load (decodes + prefill share)"
-        summary[5] = [f"prefill of a prompt of {result['requests']['input_tokens']:,.0f} tokens", f"{throughput['prefill_time_s']:,.2f} s"]
+        computed = result["requests"]["input_tokens"] - (result["requests"].get("cached_prefix_tokens") or 0)
+        summary[5] = [f"prefill of a prompt of {computed:,.0f} tokens", f"{throughput['prefill_time_s']:,.2f} s"]
     lines.append(table(summary, ["throughput", "value"]))
     if "requests" in result:
         lines.extend(["", render_requests(result)])

@@ -30,9 +30,11 @@ def _mode(load: RequestLoad) -> str:
 def requests_dict(values: Mapping[str, Any], load: RequestLoad) -> dict[str, Any]:
     """Per-request figures of one evaluated plan; null where the load is not served."""
     return {
-        "input_tokens": load.input_tokens,
+        "input_tokens": load.input_tokens + load.cached_prefix_tokens,
         "output_tokens": load.output_tokens,
+        "cached_prefix_tokens": load.cached_prefix_tokens,
         "length_samples": len(load.inputs) if len(load.inputs) > 1 else None,
+        "lengths_from": load.lengths_from,
         "mode": _mode(load),
         "rate_per_s": load.rate_per_s,
         "concurrency": load.concurrency,

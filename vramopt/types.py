@@ -226,6 +226,15 @@ class ServingWorkload:
     """Bound on the 99th-percentile time to first token, milliseconds."""
     tpot_ms: float | None = None
     """Bound on the mean time per output token, milliseconds."""
+    input_tokens_p99: int | None = None
+    """With input_tokens as the mean: the prompts' 99th percentile; the lengths are then a
+    lognormal with that mean and p99 (costs/length_distribution.py; an assumption)."""
+    output_tokens_p99: int | None = None
+    """With output_tokens as the mean: the outputs' 99th percentile (lognormal likewise)."""
+    shared_prefix_tokens: int | None = None
+    """The first N tokens of every prompt are the same (a system prompt, a template): with
+    vLLM's automatic prefix caching (``enable_prefix_caching``) their whole 16-token blocks
+    are computed once per replica and every running request shares them (docs/serving.md)."""
     disaggregation: str = "auto"
     """'auto': solve also searches disaggregated prefill/decode plans (min-gpus and
     throughput at a request rate; optimizer/disaggregated_answer.py); 'off': colocated only."""

@@ -130,7 +130,9 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         # a contiguous one the full max-model-len; attention reads the mean context.
         average_tokens = mix_contexts(case.requests)[0]
         held = np.where(columns.paged_kv == 1, request_kv_tokens_per_slot(case.requests, case.kv_block_tokens), float(case.context))
-        replica_kv_cache = slots * held * kv_per_token
+        # A cached shared prefix: its blocks once per replica, shared by every paged slot.
+        shared = np.where(columns.paged_kv == 1, float(case.requests.cached_prefix_tokens), 0.0)
+        replica_kv_cache = (slots * held + shared) * kv_per_token
     # Tensor parallelism splits the KV heads; beyond their count they are replicated
     # (Megatron/vLLM GQA with tp > kv_heads), so the cache stops shrinking.
     # MLA's compressed latent is one vector per token, not per head: every tensor-parallel
@@ -149,7 +151,10 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     total = weights + kv_cache + activations + cuda_graphs + draft + reserve
     # The KV pool vLLM would allocate on this GPU, in whole blocks of tokens of one replica.
     kv_token_bytes = kv_per_token / kv_shards * np.where(columns.speculative == 1, 1.0 + case.draft_kv_fraction, 1.0)
-    pool = kv_pool_bytes(capacity, 1.0 - case.headroom_fraction, weights + (draft - draft_kv), activations, cuda_graphs, reserve)
+    # The draft's weights are outside the pool and its KV cache inside it (kv_token_bytes);
+    # a plan without a draft has neither.
+    pool = kv_pool_bytes(capacity, 1.0 - case.headroom_fraction, weights + np.where(columns.speculative == 1, draft - draft_kv, 0.0),
+                         activations, cuda_graphs, reserve)
     kv_capacity = kv_capacity_tokens(pool, kv_token_bytes, case.kv_block_tokens)
 
     # Decode roofline for one replica: stages run one after another, each tensor-parallel.

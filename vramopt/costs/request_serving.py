@@ -89,6 +89,13 @@ class RequestLoad:
     """Bound on the 99th-percentile time to first token."""
     tpot_s: float | None = None
     """Bound on the mean time per output token."""
+    lengths_from: str = "fixed"
+    """Where the lengths come from: ``fixed``, ``samples`` (length_samples) or ``lognormal``
+    (a mean and a p99, costs/length_distribution.py)."""
+    cached_prefix_tokens: int = 0
+    """Prompt tokens found in the prefix cache (a shared prefix's whole blocks): not prefilled,
+    held once per replica, attended to by every token. ``input_tokens`` and ``inputs`` count
+    the prompt tokens after them, the ones the engine computes."""
 
 
 _affine_fixed_point = affine_fixed_point
@@ -244,10 +251,13 @@ def ttft_points(inputs: np.ndarray) -> tuple[np.ndarray, float, float]:
 
 def mix_contexts(load: RequestLoad) -> tuple[float, float]:
     """(mean context a decode token attends to, mean causal context of a prompt token):
-    sum over requests of (O I + O (O + 1) / 2) / sum O, and sum I^2 / 2 / sum I."""
+    sum over requests of (O I + O (O + 1) / 2) / sum O, and sum I^2 / 2 / sum I, each plus
+    the cached prefix (I: the prompt tokens after it)."""
     inputs, outputs = np.asarray(load.inputs, dtype=float), np.asarray(load.outputs, dtype=float)
     decode = float(np.sum(outputs * inputs + outputs * (outputs + 1) / 2.0) / np.sum(outputs))
-    return decode, float(np.sum(inputs**2) / 2.0 / np.sum(inputs))
+    # A cached prefix is attended to by every token after it.
+    cached = float(load.cached_prefix_tokens)
+    return cached + decode, cached + float(np.sum(inputs**2) / 2.0 / np.sum(inputs))
 
 
 def _block_prefix(tokens: np.ndarray, block_size_tokens: int) -> np.ndarray:
@@ -264,7 +274,8 @@ def request_kv_tokens_per_slot(load: RequestLoad, block_size_tokens: int) -> flo
     return float(np.sum(held) / np.sum(outputs))
 
 
-REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms")
+REQUEST_FIELDS = ("input_tokens", "output_tokens", "length_samples", "rate_per_s", "concurrency", "ttft_p99_ms", "tpot_ms",
+                  "shared_prefix_tokens", "input_tokens_p99", "output_tokens_p99")
 """The serving workload's request-level fields (types.ServingWorkload)."""
 
 
@@ -283,6 +294,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     if samples is not None:
         if workload.input_tokens is not None or workload.output_tokens is not None:
             raise InputError("give input_tokens and output_tokens or length_samples (--lengths), not both")
+        if workload.input_tokens_p99 is not None or workload.output_tokens_p99 is not None:
+            raise InputError("give length_samples (--lengths) or p99 lengths, not both")
         pairs = _checked_samples(samples)
     else:
         if workload.input_tokens is None or workload.output_tokens is None:
@@ -292,9 +305,11 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
             value = getattr(workload, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
-        pairs = [(workload.input_tokens, workload.output_tokens)]
+        from vramopt.costs.length_distribution import percentile_pairs
+
+        pairs = percentile_pairs(workload) or [(workload.input_tokens, workload.output_tokens)]
     total = max(prompt + output for prompt, output in pairs)
-    what = "input + output tokens" if samples is None else "the longest request's input + output tokens"
+    what = "input + output tokens" if samples is None and len(pairs) == 1 else "the longest request's input + output tokens"
     if total > max_context:
         raise InputError(f"{what} ({total:,}) exceed {model_name}'s context of {max_context:,} tokens")
     if total > workload.context:
@@ -310,7 +325,8 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
     clients = workload.concurrency
     if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_COUNT):
         raise InputError(f"concurrency must be a positive integer, got {clients!r}")
-    inputs, outputs = tuple(pair[0] for pair in pairs), tuple(pair[1] for pair in pairs)
+    cached = cached_prefix_tokens(workload.shared_prefix_tokens, min(pair[0] for pair in pairs))
+    inputs, outputs = tuple(pair[0] - cached for pair in pairs), tuple(pair[1] for pair in pairs)
     fixed = len(pairs) == 1
     return RequestLoad(
         input_tokens=inputs[0] if fixed else sum(inputs) / len(inputs),
@@ -319,7 +335,31 @@ def request_load(workload, max_context: int, model_name: str) -> RequestLoad | N
         rate_per_s=None if workload.rate_per_s is None else float(workload.rate_per_s), concurrency=clients,
         ttft_p99_s=None if workload.ttft_p99_ms is None else workload.ttft_p99_ms / 1e3,
         tpot_s=None if workload.tpot_ms is None else workload.tpot_ms / 1e3,
+        cached_prefix_tokens=cached,
+        lengths_from="samples" if samples is not None else "fixed" if fixed else "lognormal",
     )
+
+
+PREFIX_BLOCK_TOKENS = 16
+"""vLLM's KV block (``block_size`` 16, the request model's block, costs/inference.py): prefix
+caching hashes and reuses whole blocks only."""
+
+
+def cached_prefix_tokens(shared_prefix_tokens, shortest_input: int) -> int:
+    """Tokens of every prompt served from the prefix cache: the shared prefix's whole blocks,
+    and never the prompt's last token, which vLLM always computes for its logits
+    (``KVCacheManager.get_computed_blocks`` leaves at least one token to compute)."""
+    from vramopt.errors import InputError
+    from vramopt.types import MAX_COUNT
+
+    if shared_prefix_tokens is None:
+        return 0
+    if isinstance(shared_prefix_tokens, bool) or not isinstance(shared_prefix_tokens, int) or not 0 <= shared_prefix_tokens <= MAX_COUNT:
+        raise InputError(f"shared_prefix_tokens must be a non-negative integer, got {shared_prefix_tokens!r}")
+    if shared_prefix_tokens >= shortest_input:
+        raise InputError(f"shared_prefix_tokens ({shared_prefix_tokens:,}) must be shorter than every prompt "
+                         f"(the shortest has {shortest_input:,} tokens)")
+    return min(shared_prefix_tokens // PREFIX_BLOCK_TOKENS * PREFIX_BLOCK_TOKENS, shortest_input - 1)
 
 
 MAX_LENGTH_SAMPLES = 1_000_000

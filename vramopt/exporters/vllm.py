@@ -189,6 +189,12 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         f"share of {of_what} (as CUDA reports it{counted}) and gives the KV cache all that the weights and activations "
         "leave, more than the plan's KV cache; max_num_seqs still caps the concurrent sequences"
     )
+    requests = response.get("requests")
+    cached = requests.get("cached_prefix_tokens") if isinstance(requests, Mapping) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+        content["enable_prefix_caching"] = True
+        notes.append(f"enable_prefix_caching: the plan counts the {cached:,}-token shared prefix of every prompt once per replica "
+                     "and does not prefill it; the saving needs every prompt to start with the same tokens")
     notes.extend(launch_notes)
     notes.extend(disaggregated_notes(response))  # an xPyD answer: how to launch it instead
     return VllmExport(content=_in_argument_order(content), notes=tuple(notes))
