@@ -113,6 +113,18 @@ def test_engine_names_that_differ_are_translated():
     assert replicas.content["page_size"] == vllm_args(serving_response("int4-tp2-replicas")).content["block_size"]
 
 
+def test_a_shared_prefix_keeps_sglangs_radix_cache_on():
+    from vramopt.estimate import estimate_serving
+    from vramopt.types import ServingPlan, ServingWorkload
+
+    workload = ServingWorkload(model="8b", input_tokens=1000, output_tokens=200, rate_per_s=2.0, shared_prefix_tokens=512)
+    response = estimate_serving(workload, ServingPlan(gpu="h100", gpus=1, slots=32)).to_dict()
+    assert vllm_args(response).content.get("enable_prefix_caching") is True
+    result = sglang_args(response)
+    assert "disable_radix_cache" not in result.content
+    assert any("radix cache" in note for note in result.notes)
+
+
 def test_what_sglang_cannot_say_is_a_note():
     contiguous = sglang_args(serving_response("contiguous"))
     assert any("paged_kv false" in note for note in contiguous.notes)

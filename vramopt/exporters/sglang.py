@@ -114,6 +114,8 @@ TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {
     "enable_chunked_prefill": lambda value, response: {},
     "max_num_batched_tokens": _renamed("chunked_prefill_size"),
     "speculative_config": _speculative,
+    # SGLang's radix cache reuses shared prefixes unless --disable-radix-cache is given.
+    "enable_prefix_caching": lambda value, response: {} if value else {"disable_radix_cache": True},
 }
 """vLLM EngineArgs name -> its SGLang ServerArgs (name: value) for the plan's value."""
 
@@ -136,6 +138,9 @@ def _notes(vllm: VllmExport, content: Mapping[str, Any], response: Mapping[str, 
             f"mem_fraction_static {content['mem_fraction_static']:g} = vLLM's gpu_memory_utilization "
             f"{vllm.content['gpu_memory_utilization']:g} less the plan's activation peak and CUDA graphs: SGLang's static "
             "share holds the weights and the KV pool only, so the plan's headroom stays free")
+    if vllm.content.get("enable_prefix_caching"):
+        notes.append("prefix caching: SGLang's radix cache (on unless --disable-radix-cache) holds the shared prefix the plan "
+                     "counts once per replica")
     if "page_size" in content:
         notes.append(f"page_size {content['page_size']}: the KV block the plan was priced with (SGLang's default is 1 token per page)")
     if "speculative_draft_model_path" in content:
