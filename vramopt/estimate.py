@@ -7,9 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from vramopt.catalog_files import suggest
 from vramopt.constraints.validity import serving_invalid_reasons
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase, ServingColumns, evaluate_serving
+from vramopt.costs.inference import ServingCase, ServingColumns, evaluate_serving
 from vramopt.costs.coefficients import coefficient
 from vramopt.costs.request_serving import request_load
 from vramopt.costs.lora import adapter_parameters, frozen_bytes_per_parameter
@@ -19,6 +18,7 @@ from vramopt.input_files import check_fields
 from vramopt.hardware import load_gpu
 from vramopt.models import load_model
 from vramopt.models.checkpoint_quantization import check_plan_format
+from vramopt.constraints.mig import mig_profile_code  # noqa: F401 (re-exported: callers import it from here)
 from vramopt.plan import check_plan, nodes_used
 from vramopt.results import ServingEstimate, TrainingEstimate
 from vramopt.types import MAX_COUNT, TRAINING_KINDS, ServingPlan, ServingWorkload, TrainingPlan, TrainingWorkload
@@ -108,41 +108,20 @@ def serving_case(workload: ServingWorkload, gpu_name: str) -> ServingCase:
                        requests=request_load(workload, model.max_context, model.name))
 
 
-def mig_profile_code(gpu, name: str) -> int:
-    """-1 for whole GPUs, else the profile's index; an unknown or impossible profile is an error."""
-    if name in (None, "none"):
-        return -1
-    if not gpu.mig_profiles:
-        raise InputError(f"{gpu.name} has no MIG profiles (MIG runs on A100, H100, H200, B200 and GB200); got mig_profile '{name}'")
-    for index, profile in enumerate(gpu.mig_profiles):
-        if profile.name == name:
-            return index
-    raise InputError(str(suggest(name, [profile.name for profile in gpu.mig_profiles], f"MIG profile of {gpu.name}")))
-
-
 def serving_columns(case: ServingCase, plans) -> ServingColumns:
-    rows = []
+    """The plans' ``ServingColumns``, each value checked by its technique's declaration
+    (``PlanField.problem``) and coded by its ``serving_columns``."""
+    from vramopt.plan_record import serving_codes, serving_plan_techniques
+
+    rows: dict[str, list[int]] = {}
     for plan in plans:
-        for field in ("gpus", "tensor_parallel", "pipeline_parallel", "slots"):
-            value = getattr(plan, field)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-                raise InputError(f"{field} must be an integer from 1 to {MAX_COUNT:,}, got {value!r}")
-        if plan.quantization not in QUANTIZATIONS:
-            raise InputError(f"quantization '{plan.quantization}' is not one of {', '.join(QUANTIZATIONS)}")
-        if plan.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise InputError(f"kv_cache_dtype '{plan.kv_cache_dtype}' is not one of {', '.join(KV_CACHE_DTYPES)}")
-        rows.append(
-            (
-                plan.gpus, plan.tensor_parallel, plan.pipeline_parallel, QUANTIZATIONS.index(plan.quantization),
-                KV_CACHE_DTYPES.index(plan.kv_cache_dtype), int(plan.paged_kv), int(plan.speculative_decoding),
-                plan.slots, mig_profile_code(case.gpu, plan.mig_profile),
-            )
-        )
-    matrix = np.array(rows, dtype=np.int64).T
-    return ServingColumns(
-        gpus=matrix[0], tensor_parallel=matrix[1], pipeline_parallel=matrix[2], quantization=matrix[3],
-        kv_cache_dtype=matrix[4], paged_kv=matrix[5], speculative=matrix[6], slots=matrix[7], mig_profile=matrix[8],
-    )
+        for technique in serving_plan_techniques():
+            problem = technique.plan_field.problem(technique.field, getattr(plan, technique.field))
+            if problem:
+                raise InputError(problem)
+        for name, code in serving_codes(plan, case.gpu).items():
+            rows.setdefault(name, []).append(code)
+    return ServingColumns(**{name: np.array(codes, dtype=np.int64) for name, codes in rows.items()})
 
 
 def estimate_serving(workload: ServingWorkload, plan: ServingPlan) -> ServingEstimate:

@@ -83,6 +83,18 @@ def _serving_plan_class() -> type:
 ServingPlan = _serving_plan_class()
 
 
+def serving_codes(values, gpu, fields=None) -> dict[str, int]:
+    """The ``ServingColumns`` codes of one serving plan's values (a mapping of field ->
+    value, or a ``ServingPlan``), written by each technique's ``serving_columns`` for the GPU
+    type ``gpu``; ``fields`` limits them to some techniques (a table's item fields)."""
+    read = values.get if isinstance(values, dict) else (lambda name: getattr(values, name))
+    codes: dict[str, int] = {}
+    for technique in serving_plan_techniques():
+        if technique.serving_columns is not None and (fields is None or technique.field in fields):
+            codes.update(technique.serving_columns(read(technique.field), gpu))
+    return codes
+
+
 def field_doc(name: str) -> str:
     """The declared meaning of one plan field (for docs and ``--help``)."""
     return next(field for field in dataclasses.fields(TrainingPlan) if field.name == name).metadata["doc"]

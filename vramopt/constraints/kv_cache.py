@@ -60,6 +60,7 @@ def _vllm_slots(draft: ExportDraft) -> list[str]:
 
 KV_CACHE_DTYPE = Technique(
     field="kv_cache_dtype",
+    serving_columns=lambda value, gpu: {"kv_cache_dtype": KV_CACHE_DTYPES.index(value)},
     runner_up_rank=13,
     group="state",
     description="KV cache element type (fp8 halves it; needs fp8 support)",
@@ -88,6 +89,7 @@ KV_CACHE_DTYPE = Technique(
 
 PAGED_KV = Technique(
     field="paged_kv",
+    serving_columns=lambda value, gpu: {"paged_kv": int(value)},
     runner_up_rank=14,
     group="state",
     description="PagedAttention: store only the tokens in use (in blocks) instead of the full context per slot",
@@ -118,6 +120,7 @@ PAGED_KV = Technique(
 
 SLOTS = Technique(
     field="slots",
+    serving_columns=lambda value, gpu: {"slots": int(value)},
     runner_up_rank=16,
     group="state",
     description="concurrent sequences per replica (vLLM max-num-seqs)",

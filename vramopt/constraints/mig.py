@@ -16,6 +16,7 @@ from typing import Any
 from vramopt.constraints.contribution import Contribution, ContractField, Export, ExportDraft
 from vramopt.constraints.technique import PlanField, Technique
 from vramopt.costs.inference import evaluate_serving
+from vramopt.errors import InputError
 
 NO_MIG = "none"
 
@@ -46,8 +47,23 @@ def _display(plan) -> str:
     return f"{plan['instances_per_gpu']} x MIG {plan['mig_profile']} per GPU"
 
 
+def mig_profile_code(gpu, name: str) -> int:
+    """-1 for whole GPUs, else the profile's index; an unknown or impossible profile is an error."""
+    if name in (None, "none"):
+        return -1
+    if not gpu.mig_profiles:
+        raise InputError(f"{gpu.name} has no MIG profiles (MIG runs on A100, H100, H200, B200 and GB200); got mig_profile '{name}'")
+    for index, profile in enumerate(gpu.mig_profiles):
+        if profile.name == name:
+            return index
+    from vramopt.catalog_files import suggest
+
+    raise InputError(str(suggest(name, [profile.name for profile in gpu.mig_profiles], f"MIG profile of {gpu.name}")))
+
+
 MIG_PROFILE = Technique(
     field="mig_profile",
+    serving_columns=lambda value, gpu: {"mig_profile": mig_profile_code(gpu, value)},
     runner_up_rank=12,
     group="key",
     description="MIG profile each replica runs on, or none (whole GPUs)",

@@ -186,6 +186,7 @@ GPU = Technique(
 
 GPUS = Technique(
     field="gpus",
+    serving_columns=lambda value, gpu: {"gpus": int(value)},
     runner_up_rank=9,
     group="key",
     description="GPU count",
@@ -213,6 +214,7 @@ GPUS = Technique(
 
 TENSOR_PARALLEL = Technique(
     field="tensor_parallel",
+    serving_columns=lambda value, gpu: {"tensor_parallel": int(value)},
     runner_up_rank=6,
     group="key",
     description="tensor parallel degree (Megatron-LM)",
@@ -241,6 +243,7 @@ TENSOR_PARALLEL = Technique(
 
 PIPELINE_PARALLEL = Technique(
     field="pipeline_parallel",
+    serving_columns=lambda value, gpu: {"pipeline_parallel": int(value)},
     runner_up_rank=8,
     group="key",
     description="pipeline parallel degree (equal stages)",

@@ -81,6 +81,7 @@ def _vllm(draft: ExportDraft) -> list[str]:
 
 QUANTIZATION = Technique(
     field="quantization",
+    serving_columns=lambda value, gpu: {"quantization": QUANTIZATIONS.index(value)},
     runner_up_rank=5,
     group="key",
     description="serving weight format (bytes per weight; fp8/fp4 also set the compute precision)",

@@ -31,6 +31,7 @@ def _vllm(draft: ExportDraft) -> list[str]:
 
 SPECULATIVE_DECODING = Technique(
     field="speculative_decoding",
+    serving_columns=lambda value, gpu: {"speculative": int(value)},
     runner_up_rank=15,
     group="state",
     description="speculative decoding with a draft model",

@@ -146,6 +146,9 @@ class Technique:
     """Its validity rules, memory and time terms, contract field, display line, exports and
     sources (``constraints/contribution.Contribution``); every registered technique has one
     (``registry.NOT_MIGRATED`` is empty)."""
+    serving_columns: Callable[[Any, Any], Mapping[str, int]] | None = None
+    """For a serving technique: (value, GpuSpec) -> its ``costs/inference.ServingColumns``
+    codes (``plan_record.serving_codes``; the GPU names the MIG profiles); None elsewhere."""
     runner_up_rank: int = 0
     """Its place among the headline techniques that ``solve`` offers runners-up for (the best
     plan deciding it differently; ``optimizer/runners_up.py``), 1 first; 0: none offered."""

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from vramopt.constraints.validity import serving_invalid_reasons
-from vramopt.costs.inference import KV_CACHE_DTYPES, ServingColumns, evaluate_serving
+from vramopt.costs.inference import ServingColumns, evaluate_serving
 from vramopt.estimate import serving_case
 from vramopt.optimizer.domains import parsed_user_choices
 from vramopt.optimizer.tables import gpu_types
@@ -56,11 +56,7 @@ def _evaluated_rows(workload, space: SearchSpace):
         columns = ServingColumns(
             gpus=np.repeat(keys[:, 0], count), tensor_parallel=np.repeat(keys[:, 1], count),
             pipeline_parallel=np.repeat(keys[:, 2], count), quantization=np.repeat(keys[:, 3], count),
-            mig_profile=np.repeat(keys[:, 4], count),
-            kv_cache_dtype=np.tile([KV_CACHE_DTYPES.index(item["kv_cache_dtype"]) for item in items], len(rows)),
-            paged_kv=np.tile([int(item["paged_kv"]) for item in items], len(rows)),
-            speculative=np.tile([int(item["speculative_decoding"]) for item in items], len(rows)),
-            slots=np.tile([item["slots"] for item in items], len(rows)),
+            mig_profile=np.repeat(keys[:, 4], count), **tables.item_codes(items, len(rows)),
         )
         values = evaluate_serving(case, columns)
         keep = np.asarray(values["fits"], dtype=bool)

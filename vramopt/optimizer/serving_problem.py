@@ -25,7 +25,7 @@ from vramopt.constraints.parallelism import gpu_counts
 from vramopt.constraints.technique import DomainContext
 from vramopt.costs.request_serving import request_targets_met
 from vramopt.constraints.validity import serving_invalid_reasons
-from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met
+from vramopt.costs.inference import QUANTIZATIONS, ServingColumns, evaluate_serving, requirements_met
 from vramopt.errors import InputError
 from vramopt.models.checkpoint_quantization import check_checkpoint_format, checkpoint_format
 from vramopt.estimate import check_serving_workload, mig_profile_code, serving_case
@@ -34,10 +34,18 @@ __all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
 from vramopt.optimizer.tables import MAX_BOUND_TICKS, TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
 from vramopt.parallel_layout import ParallelLayout
+from vramopt.plan_record import serving_codes
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
 SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
+
+
+def item_codes(item_values, key_count: int) -> dict[str, np.ndarray]:
+    """The ``ServingColumns`` codes of the item techniques' values, one row per key x item
+    (items vary fastest), written by each technique's ``serving_columns``."""
+    rows = [serving_codes(item, None, registry.SERVING_ITEM_FIELDS) for item in item_values]
+    return {name: np.tile(np.array([row[name] for row in rows], dtype=np.int64), key_count) for name in rows[0]} if rows else {}
 
 
 def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_counts: bool = True) -> Problem:
@@ -84,13 +92,7 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
 
     key_count, item_count = len(key_rows), len(item_values)
     codes = {name: np.repeat(keys[name], item_count) for name in SERVING_KEY_COLUMNS}
-    for name, values in (
-        ("kv_cache_dtype", [KV_CACHE_DTYPES.index(item["kv_cache_dtype"]) for item in item_values]),
-        ("paged_kv", [int(item["paged_kv"]) for item in item_values]),
-        ("speculative", [int(item["speculative_decoding"]) for item in item_values]),
-        ("slots", [item["slots"] for item in item_values]),
-    ):
-        codes[name] = np.tile(np.array(values, dtype=np.int64), key_count)
+    codes.update(item_codes(item_values, key_count))
     gpu_index = np.repeat(keys["gpu_index"], item_count)
     memory = np.zeros(key_count * item_count)
     seconds = np.zeros(key_count * item_count)
