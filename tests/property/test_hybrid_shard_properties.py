@@ -1,5 +1,5 @@
 """Property tests of hybrid sharding's field (issue 14 item 4): CP-SAT equals brute force on
-multi-node requests whose default domain holds data_parallel_shard (0, 2, 4, 8, 16), dense and
+multi-node requests whose default domain holds data_parallel_shard (0, 4, 8), dense and
 mixture-of-experts models, with ZeRO pinned or free and the field allowed or pinned; the chosen
 plan's shard divides dp, needs ZeRO >= 1 and keeps its headroom in floating point."""
 

@@ -106,9 +106,10 @@ def test_the_default_domain_is_full_sharding_on_one_node_and_node_sized_groups_b
         return DomainContext(layers=32, gpus_per_node=per_node, max_gpus=max_gpus, global_batch=1024, allow_tp_across_nodes=False,
                              allow_fp4=False, supported_precisions=("bf16",))
     assert default_values(context(8)) == (0,)
-    assert default_values(context(16)) == (0, 2, 4, 8)
-    assert default_values(context(256)) == (0, 2, 4, 8, 16)
-    assert default_values(context(256, per_node=4)) == (0, 2, 4, 8)
+    assert default_values(context(16)) == (0, 4, 8)
+    assert default_values(context(256)) == (0, 4, 8)
+    assert default_values(context(256, per_node=4)) == (0, 2, 4)
+    assert default_values(context(16, per_node=2)) == (0, 2)
 
 
 def test_deepspeed_refuses_hybrid_sharding_and_megatron_runs_it_with_its_distributed_optimizer():
