@@ -12,7 +12,7 @@ def _plan_brief(plan: Mapping[str, Any], serving: bool) -> str:
         return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} {plan['quantization']} kv={plan['kv_cache_dtype']} "
                 f"slots={plan['slots']}" + (f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else ""))
     return (f"tp{plan['tensor_parallel']} pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
-            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+            + (f"dp_shard={plan['data_parallel_shard']} " if plan.get("data_parallel_shard") else "") + f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
 
 
 def render_cost_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], csv_path: str | None,

@@ -224,7 +224,7 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
             techniques = (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} "
-                          f"ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
+                          f"ZeRO-{plan['zero_stage']} {_shard_brief(plan)}{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']} mb={plan['micro_batch']}")
         table_rows.append(["*" if point["chosen"] else "", plan["gpus"], f"{throughput['tokens_per_s']:,.0f}", gb(memory["total_bytes"]),
                            percent(memory["headroom_fraction"]), techniques])
     lines = [
@@ -249,7 +249,12 @@ def _plan_brief(plan: Mapping[str, Any]) -> str:
         stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
         return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
     return (f"tp{plan['tensor_parallel']} {_context_brief(plan, 'cp')}pp{plan['pipeline_parallel']} dp{plan['data_parallel']} ZeRO-{plan['zero_stage']} "
-            f"{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+            f"{_shard_brief(plan)}{plan['precision']} offload={plan['offload']} ckpt={plan['checkpointing']}")
+
+
+def _shard_brief(plan: Mapping[str, Any]) -> str:
+    """Hybrid sharding's group, after the ZeRO stage it divides ('' without)."""
+    return f"dp_shard={plan['data_parallel_shard']} " if plan.get("data_parallel_shard") else ""
 
 
 def render_pack(response: Mapping[str, Any]) -> str:
