@@ -42,8 +42,13 @@ def resolved_expert_tensor_parallel(expert_tensor_parallel, tensor_parallel):
     return np.where(np.asarray(expert_tensor_parallel) == 0, tensor_parallel, expert_tensor_parallel)
 
 
-GROUPS = ("tensor_parallel", "context_parallel", "data_parallel", "sharding", "pipeline_parallel", "expert_parallel")
-"""Process groups whose node placement ``spans_nodes`` answers ('sharding' = data x context)."""
+GROUPS = ("tensor_parallel", "context_parallel", "data_parallel", "sharding", "replicate", "pipeline_parallel", "expert_parallel")
+"""Process groups whose node placement ``spans_nodes`` answers ('sharding' = the data-parallel
+shard ranks x context; 'replicate' = the shard groups' replicas under hybrid sharding)."""
+
+STATE_DEGREES = ("data_parallel_shard",)
+"""Layout fields chosen with the model states (state items), not with the key rows: the GPU
+count, computed from the key's degrees, does not read them."""
 
 RANK_ORDER = ("tensor_parallel", "context_parallel", "data_parallel", "pipeline_parallel")
 
@@ -75,6 +80,10 @@ class ParallelLayout:
     """Ranks that split each routed expert's matrices (Megatron-Core ETP); the expert layers
     refold a stage's tp x cp x dp ranks as etp x ep x edp. ``from_columns``/``from_plan``
     resolve the plan's 0 to tp."""
+    data_parallel_shard: Any = 0
+    """Data-parallel ranks one model state is sharded over under hybrid sharding (torchtitan's
+    ``data_parallel_shard_degree``, costs/hybrid_shard.py), the innermost ones of dp; the
+    dp / data_parallel_shard shard groups replicate each other. 0 = all of dp."""
 
     # -- construction ---------------------------------------------------------------------
 
@@ -89,6 +98,7 @@ class ParallelLayout:
             expert_parallel=getattr(columns, "expert_parallel", 1),
             expert_tensor_parallel=resolved_expert_tensor_parallel(
                 getattr(columns, "expert_tensor_parallel", 0), columns.tensor_parallel),
+            data_parallel_shard=getattr(columns, "data_parallel_shard", 0),
         )
 
     @classmethod
@@ -124,6 +134,7 @@ class ParallelLayout:
             data_parallel=plan.gpus // replica,
             expert_parallel=getattr(plan, "expert_parallel", 1),
             expert_tensor_parallel=resolved_expert_tensor_parallel(getattr(plan, "expert_tensor_parallel", 0), plan.tensor_parallel),
+            data_parallel_shard=getattr(plan, "data_parallel_shard", 0),
         )
 
     @classmethod
@@ -136,6 +147,7 @@ class ParallelLayout:
             context_parallel=values.get("context_parallel", 1), data_parallel=values["data_parallel"],
             expert_parallel=values.get("expert_parallel", 1),
             expert_tensor_parallel=resolved_expert_tensor_parallel(values.get("expert_tensor_parallel", 0), tensor),
+            data_parallel_shard=values.get("data_parallel_shard", 0),
         )
 
     # -- sizes ----------------------------------------------------------------------------
@@ -161,9 +173,23 @@ class ParallelLayout:
         return self.tensor_parallel * self.context_parallel * self.data_parallel
 
     @property
+    def shard_degree(self):
+        """Data-parallel ranks of one shard group: ``data_parallel_shard``, or dp without hybrid sharding."""
+        shard = self.data_parallel_shard
+        if np.ndim(shard) == 0 and shard == 0:
+            return self.data_parallel
+        return np.where(np.asarray(shard) == 0, self.data_parallel, shard)
+
+    @property
     def sharding_group(self):
-        """Ranks that reduce gradients and, under ZeRO/FSDP, shard model states: ``dp * cp``."""
-        return self.data_parallel * self.context_parallel
+        """Ranks that reduce gradients together and, under ZeRO/FSDP, shard model states:
+        ``dp * cp``, or ``data_parallel_shard * cp`` under hybrid sharding."""
+        return self.shard_degree * self.context_parallel
+
+    @property
+    def replicate_group(self):
+        """Shard groups holding the same states under hybrid sharding: ``dp / data_parallel_shard`` (1 without)."""
+        return self.data_parallel // self.shard_degree
 
     def divides(self, gpus):
         """Whether the replica size divides ``gpus`` (so ``from_gpus`` loses nothing)."""
@@ -181,6 +207,7 @@ class ParallelLayout:
             "context_parallel": self.context_parallel,
             "data_parallel": self.data_parallel,
             "sharding": self.sharding_group,
+            "replicate": self.replicate_group,
             "pipeline_parallel": self.pipeline_parallel,
             "expert_parallel": self.expert_parallel,
         }
@@ -197,6 +224,10 @@ class ParallelLayout:
             # dp x cp members: cp ranks tp apart, then the next dp block; consecutive ranks
             # of the flattened group are tp apart.
             "sharding": self.tensor_parallel,
+            # The shard groups are blocks of tp x cp x shard consecutive ranks (torchtitan's
+            # mesh puts dp_replicate outside dp_shard; Megatron-Core's instance groups are
+            # consecutive slices of the dp-cp ranks).
+            "replicate": self.tensor_parallel * self.context_parallel * self.shard_degree,
             "pipeline_parallel": self.stage_gpus,
             "expert_parallel": self.expert_tensor_parallel,
         }

@@ -143,7 +143,7 @@ def test_json_is_the_v1_contract_for_the_readme_command():
         "gpu": "b200", "gpus": 4, "nodes": 1, "tensor_parallel": 1, "context_parallel": 1, "expert_parallel": 1, "expert_tensor_parallel": 1,
         "pipeline_parallel": 1, "first_stage_layers": 0, "last_stage_layers": 0,
         "data_parallel": 4,
-        "sequence_parallel": False, "virtual_stages": 1, "zero_stage": 3, "checkpointing": "every:4",
+        "sequence_parallel": False, "virtual_stages": 1, "zero_stage": 3, "data_parallel_shard": 0, "checkpointing": "every:4",
         "precision": "bf16", "grad_comm_precision": "bf16", "offload": "none", "optimizer": "adam", "flash_attention": True, "expert_comm_overlap": False,
         "seq_len": 8192, "micro_batch": 1, "grad_accumulation": 8, "global_batch": 32,
     }

@@ -34,6 +34,7 @@ PIN_CHOICES = {
     "micro_batch": ("1", "2", "4"),
     "context_parallel": ("1", "2", "4"),
     "optimizer": ("adam", "adam8bit", "adafactor", "sgd"),
+    "data_parallel_shard": ("0", "2", "4", "8"),
 }
 
 

@@ -23,7 +23,7 @@ from vramopt.optimizer.domains import parsed_user_choices
 from vramopt.types import SearchSpace, TrainingWorkload
 
 TRAINING_ONLY_FIELDS = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "sequence_parallel", "virtual_stages", "precision", "grad_comm_precision",
-                        "micro_batch", "zero_stage", "offload", "optimizer", "checkpointing", "flash_attention", "expert_comm_overlap")
+                        "micro_batch", "zero_stage", "data_parallel_shard", "offload", "optimizer", "checkpointing", "flash_attention", "expert_comm_overlap")
 SERVING_ONLY_FIELDS = ("quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding")
 """Written out from the plan dataclasses (TrainingPlan / ServingPlan), not read from the
 registry the code under test uses."""

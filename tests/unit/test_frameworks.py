@@ -24,6 +24,7 @@ RANGES = {
     "flash_attention": (0, 1), "sequence_parallel": (0, 1), "virtual_stages": (1, 4),
     "expert_parallel": (1, 8), "expert_tensor_parallel": (0, 8),
     "first_stage_layers": (0, 4), "last_stage_layers": (0, 4), "expert_comm_overlap": (0, 1),
+    "data_parallel_shard": (0, 4),
 }
 
 

@@ -63,6 +63,7 @@ def keys(draw):
 def states():
     return st.fixed_dictionaries(dict(
         zero_stage=st.sampled_from((0, 1, 2, 3)),
+        data_parallel_shard=st.sampled_from((0, 2, 4)),
         offload=st.sampled_from((OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME)),
         grad_comm_precision=st.sampled_from([PRECISIONS.index(name) for name in ("fp32", "bf16", "fp8")]),
         optimizer=st.sampled_from(range(len(OPTIMIZER_NAMES))),
@@ -155,7 +156,7 @@ def test_constraints_registry_agrees_on_the_split():
     # The constraint layer declares the same grouping (vramopt/constraints/registry.py).
     from vramopt.constraints import registry  # the project's own module: a failed import is a failure, not a skip
 
-    assert set(registry.STATE_FIELDS) == {"zero_stage", "offload", "grad_comm_precision", "optimizer"}
+    assert set(registry.STATE_FIELDS) == {"zero_stage", "data_parallel_shard", "offload", "grad_comm_precision", "optimizer"}
     assert set(registry.ACTIVATION_FIELDS) == {"checkpointing", "flash_attention", "sequence_parallel", "virtual_stages", "expert_comm_overlap"}
     assert set(registry.KEY_FIELDS) == {"gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel",
                                         "expert_tensor_parallel", "pipeline_parallel", "first_stage_layers", "last_stage_layers",

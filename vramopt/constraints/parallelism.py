@@ -42,7 +42,7 @@ from vramopt.costs.gemm import gemm_seconds
 from vramopt.costs.memory import in_flight_micro_batches, parameters_per_gpu
 from vramopt.costs.pipeline_stages import divides_every_stage, pipeline_degrees, uneven
 from vramopt.costs.training import gpus_on_busiest_node
-from vramopt.parallel_layout import ParallelLayout
+from vramopt.parallel_layout import STATE_DEGREES, ParallelLayout
 from vramopt.types import WORKLOADS
 
 
@@ -114,7 +114,7 @@ def _data_parallel_candidates(request: KeyRequest) -> tuple[int, ...]:
 GPUS_KEY = KeyDomain(
     values=_gpu_count_candidates,
     derive=lambda rows: ParallelLayout.from_columns(rows).world_size,
-    derive_reads=tuple(ParallelLayout.__dataclass_fields__),  # every degree the layout knows
+    derive_reads=tuple(name for name in ParallelLayout.__dataclass_fields__ if name not in STATE_DEGREES),  # every key degree
 )
 TENSOR_PARALLEL_KEY = KeyDomain(values=_tensor_parallel_candidates)
 PIPELINE_PARALLEL_KEY = KeyDomain(values=lambda request: request.resolve("pipeline_parallel"))

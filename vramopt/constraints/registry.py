@@ -13,6 +13,7 @@ from vramopt.constraints import (
     context_parallel,
     expert_overlap,
     expert_parallel,
+    hybrid_shard,
     kv_cache,
     mig,
     offload,
@@ -26,7 +27,7 @@ from vramopt.constraints import (
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, offload, optimizer_format, checkpointing, attention, expert_overlap, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, hybrid_shard, offload, optimizer_format, checkpointing, attention, expert_overlap, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}
@@ -40,7 +41,7 @@ half-done."""
 PLAN_ORDER = (
     "gpu", "gpus", "nodes", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
     "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel",
-    "sequence_parallel", "virtual_stages", "zero_stage", "checkpointing", "precision", "grad_comm_precision",
+    "sequence_parallel", "virtual_stages", "zero_stage", "data_parallel_shard", "checkpointing", "precision", "grad_comm_precision",
     "offload", "optimizer", "flash_attention", "expert_comm_overlap", "seq_len", "micro_batch", "grad_accumulation",
     "global_batch",
 )
@@ -55,7 +56,7 @@ workload's batch (seq_len, global_batch) with the accumulation it implies."""
 
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
               "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "precision", "micro_batch")
-STATE_FIELDS = ("zero_stage", "offload", "grad_comm_precision", "optimizer")
+STATE_FIELDS = ("zero_stage", "data_parallel_shard", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages", "expert_comm_overlap")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")

@@ -48,6 +48,8 @@ class PlanColumns:
     """Layers of the last pipeline stage, 0 = as a middle stage (costs/pipeline_stages.py)."""
     expert_comm_overlap: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     """1: the experts' all-to-all overlapped with another micro-batch (costs/expert_overlap.py)."""
+    data_parallel_shard: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    """Data-parallel ranks a state is sharded over under hybrid sharding, 0 = all (costs/hybrid_shard.py)."""
 
     @classmethod
     def from_scalars(cls, **values) -> "PlanColumns":

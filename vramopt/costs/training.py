@@ -47,6 +47,7 @@ from vramopt.costs.memory import (
 )
 from vramopt.costs.offload import offload_seconds_per_step
 from vramopt.costs.expert_overlap import exposed_all_to_all_seconds, extra_activation_bytes
+from vramopt.costs.hybrid_shard import replica_all_reduce_seconds
 from vramopt.costs.optimizer_step import local_ddp_scale_seconds, optimizer_step_seconds, unfused_accumulation_seconds
 from vramopt.costs.operators import eager_elementwise_extra_seconds, sdpa_attention_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
@@ -180,7 +181,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
     p2p = pipeline_p2p_seconds(model, gpu, columns, seq_len, micro_batches, compute_per_micro_batch, case.pipeline_p2p_overlap)
     data_parallel_total = data_parallel_seconds_per_step(
         params_gpu, gpu, columns, micro_batches, case.trainable_fraction, case.frozen_bytes_per_param
-    )
+    ) + replica_all_reduce_seconds(params_gpu, gpu, columns, micro_batches, case.trainable_fraction)  # hybrid sharding
     data_parallel_bandwidth = group_bandwidth(gpu, layout.sharding_group, layout.group_span("sharding"))
     # The collectives hide behind the GEMMs of the backward (ZeRO 0-2) or of each micro-batch
     # (ZeRO-3). GEMM time depends only on the key (gpu, layout, precision, micro-batch), not on

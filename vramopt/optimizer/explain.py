@@ -277,7 +277,7 @@ def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanati
         reason = (
             "no serving plan meets the requirements: every choice breaks the latency bound, the minimum slots, or a rule of the GPU"
             if problem.kind == "infer"
-            else "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO and Adam, Adafactor on LoRA adapters) or every activation choice is excluded"
+            else "no well-formed plan: every state choice breaks a rule (host RAM or NVMe capacity per node, offload needing ZeRO and Adam, Adafactor on LoRA adapters, a hybrid shard group that divides no layout's data-parallel degree) or every activation choice is excluded"
         )
         return Explanation(reason, "host_or_nvme_capacity", None, None, relaxations)
     gpu = problem.gpu_of(leanest.key)
