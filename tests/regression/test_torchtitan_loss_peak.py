@@ -203,3 +203,97 @@ def test_published_torchtitan_peaks_within_eight_percent():
     assert len(errors) == 17
     assert {case for case, error in errors.items() if abs(error) > 0.08} == {"tt24_t5_405b_fsdp8_tp8_pp8_1f1b"}
     assert np.mean(np.abs(list(errors.values()))) < 0.05
+
+
+def _replayed_peaks_per_logit(loss_of, tokens=256, vocab=16384):
+    """(allocated, reserved) peaks per logit of the loss's tensors of 1 MiB or more, their
+    allocations and frees (in the order torch runs them) replayed through a model of CUDA's
+    caching allocator with expandable segments: the smallest free block that fits, at its
+    start; frees coalesce; nothing fits: the segment grows at its end, and stays reserved."""
+    torch = pytest.importorskip("torch")
+    import weakref
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    events, sizes = [], {}
+
+    class Trace(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for value in tree_leaves(out):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                try:
+                    storage = value.untyped_storage()
+                    key = storage.data_ptr()
+                except RuntimeError:  # a collective's not-yet-waited output
+                    continue
+                if key and key not in sizes and storage.nbytes() >= 1 << 20:
+                    sizes[key] = storage.nbytes()
+                    events.append((key, sizes[key]))
+                    weakref.finalize(storage, lambda key=key: events.append((key, -sizes.pop(key))))
+            return out
+
+    head = torch.nn.Linear(64, vocab, bias=False).to(torch.bfloat16)
+    hidden = torch.randn(1, tokens, 64, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, tokens))
+    weight_bytes = head.weight.numel() * 2
+    with Trace():
+        pred = head(hidden)
+        loss = loss_of(pred, labels, vocab)
+        del pred
+        loss.backward()
+    free, placed, end, allocated, peaks = [], {}, 0, 0, [0, 0]
+    for key, size in events:
+        if size > 0:
+            fitting = sorted((block_size, start) for start, block_size in free if block_size >= size)
+            if fitting:
+                block_size, start = fitting[0]
+                free.remove((start, block_size))
+                if block_size > size:
+                    free.append((start + size, block_size - size))
+            else:
+                start, end = end, end + size
+            placed[key] = (start, size)
+            allocated += size
+        else:
+            free.append(placed.pop(key))
+            allocated += size
+            merged = []
+            for start, block_size in sorted(free):
+                if merged and merged[-1][0] + merged[-1][1] == start:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + block_size)
+                else:
+                    merged.append((start, block_size))
+            free = merged
+        peaks = [max(peaks[0], allocated), max(peaks[1], end)]
+    # The head's weight (first seen through its transpose) is not the loss's.
+    return tuple((peak - weight_bytes) / (tokens * vocab) for peak in peaks)
+
+
+def test_eager_loss_leaves_the_bf16_logits_range_reserved():
+    """Issue 15 torchtitan must-show: torchtitan 0.3.0's cross_entropy_loss, its tensors replayed
+    through a best-fit allocator model: 12 B per logit allocated at the peak, 12 + 2 reserved
+    (the freed bf16 logits' range, too small for the backward's next fp32 tensor)."""
+    loss_module = pytest.importorskip("torchtitan.components.loss")
+    allocated, reserved = _replayed_peaks_per_logit(lambda pred, labels, vocab: loss_module.cross_entropy_loss(pred, labels))
+    assert allocated == pytest.approx(rule.LOSS_BYTES_PER_LOGIT)
+    assert reserved == pytest.approx(rule.LOSS_BYTES_PER_LOGIT + rule.FREED_LOGITS_BYTES_PER_LOGIT)
+
+
+def test_loss_parallel_leaves_the_bf16_logits_range_reserved(monkeypatch):
+    """Issue 15 torchtitan must-show: the same replay of _LossParallelCrossEntropy (one-rank
+    gloo group): 16 B per local logit allocated, 16 + 2 reserved."""
+    loss_module = pytest.importorskip("torchtitan.components.loss")
+    import torch.distributed as dist
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29538")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        allocated, reserved = _replayed_peaks_per_logit(lambda pred, labels, vocab: loss_module._LossParallelCrossEntropy.apply(
+            pred.flatten(0, 1).float(), labels.flatten(0, 1), dist.group.WORLD, vocab, "sum"))
+    finally:
+        dist.destroy_process_group()
+    assert allocated == pytest.approx(rule.LOSS_PARALLEL_BYTES_PER_LOGIT)
+    assert reserved == pytest.approx(rule.LOSS_PARALLEL_BYTES_PER_LOGIT + rule.FREED_LOGITS_BYTES_PER_LOGIT)

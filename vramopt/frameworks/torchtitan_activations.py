@@ -52,7 +52,8 @@ side after the forward; the backward's first gradient of 4 B per logit takes the
 that range and leaves the bf16 part free but too small for the next 4 B tensor, which is
 mapped past the end: 2 B per local logit stay reserved beside the backward's peak
 (a derivation from the allocator's best-fit rule, assuming no other free range of that
-size). A compiled loss (torchtitan's ``compile.components`` with "loss", the June 2025 H200
+size; tests/regression/test_torchtitan_loss_peak.py replays the loss's own allocations
+through a model of that rule). A compiled loss (torchtitan's ``compile.components`` with "loss", the June 2025 H200
 runs) saves only the bf16 logits and writes a bf16 gradient: 4 B per logit, nothing freed
 beside it (torch 2.13 Inductor's generated code for ``cross_entropy(pred.float())``: per-row
 fp32 statistics only). The output projection keeps its input, all-gathered to the full
