@@ -107,6 +107,9 @@ class TrainingCase:
     eager_kernels: bool = False
     """The norms, activation, rotary and loss run as separate eager PyTorch kernels (torchtitan
     without torch.compile) rather than fused ones (costs/operators.py eager_elementwise_extra_seconds)."""
+    compiled_loss: bool = False
+    """The cross-entropy is compiled (torchtitan ``compile.components`` with "loss"): it keeps the
+    bf16 logits and their gradient instead of the eager fp32 buffers (frameworks/torchtitan_activations.py)."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -136,7 +139,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         from vramopt.frameworks.torchtitan_activations import torchtitan_activation_terms
 
         memory.update(torchtitan_activation_terms(model, columns, rank_tokens, in_flight_micro_batches(columns, micro_batches),
-                                                  micro_batches, memory))
+                                                  micro_batches, memory, compiled_loss=case.compiled_loss))
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)

@@ -33,12 +33,34 @@ by the K projection, 2 T kv d / t.) The recomputation of a block rebuilds all it
 tensors at once: one layer's full activations less the kept part, on top of the kept sets.
 
 Loss (``components/loss.py`` ``cross_entropy_loss``; ``trainer.py`` ``del pred`` before
-``loss.backward()``): without tensor parallelism torch's cross-entropy runs on
-``pred.float()``; its backward holds three fp32 tensors of s x b x V at once (the saved
-log-softmax output, nll_loss_backward's gradient, _log_softmax_backward_data's gradient):
-12 B per logit. With tensor parallelism ``_LossParallelCrossEntropy`` holds, at its forward's
-peak, the bf16 logits (still referenced by ``pred``), their fp32 copy, the shifted copy and
-the log-probabilities it saves: 2 + 4 + 4 + 4 = 14 B per local logit (V / t).
+``loss.backward()``; the Dec 2024 runs' ``train.py`` at 9dec370 likewise, with its loss never
+compiled): without tensor parallelism torch's cross-entropy runs on ``pred.float()``; its
+backward holds three fp32 tensors of s x b x V at once (the saved log-softmax output,
+nll_loss_backward's gradient, _log_softmax_backward_data's gradient): 12 B per logit. With
+tensor parallelism ``_LossParallelCrossEntropy`` (and torch's ``loss_parallel()``,
+``distributed/tensor/parallel/loss.py`` ``_nll_loss_and_log_softmax_backward``, which the Dec
+2024 runs used) peaks in its backward at 16 B per local logit (V / t): the saved fp32
+log-probabilities, the zeros-and-scatter gradient, ``exp(log_probs)`` and their sum, before
+the product with the upstream gradient replaces the last two (its forward holds 14: the bf16
+logits, their fp32 copy, the shifted copy and the log-probabilities).
+
+torchtitan prints the caching allocator's ``reserved_bytes.all.peak`` (``DeviceMemoryMonitor``
+in ``components/metrics.py``; ``torchtitan/metrics.py`` at 9dec370), with
+``expandable_segments:True`` (its run script): freed memory stays reserved, and a free range
+is reused best-fit. The bf16 logits (2 B per local logit) and the fp32 copy are freed side by
+side after the forward; the backward's first gradient of 4 B per logit takes the start of
+that range and leaves the bf16 part free but too small for the next 4 B tensor, which is
+mapped past the end: 2 B per local logit stay reserved beside the backward's peak
+(a derivation from the allocator's best-fit rule, assuming no other free range of that
+size; tests/regression/test_torchtitan_loss_peak.py replays the loss's own allocations
+through a model of that rule). A compiled loss (torchtitan's ``compile.components`` with "loss", the June 2025 H200
+runs) saves only the bf16 logits and writes a bf16 gradient: 4 B per logit, nothing freed
+beside it (torch 2.13 Inductor's generated code for ``cross_entropy(pred.float())``: per-row
+fp32 statistics only). The output projection keeps its input, all-gathered to the full
+sequence under sequence parallelism (the ``lm_head``'s input is replicated over the tp
+group: ``models/common/decoder_sharding.py``; ``"output": ColwiseParallel(input_layouts=
+Shard(1))`` at 9dec370): 2 T h, and the final norm its input, 2 T h (/t under sequence
+parallelism).
 
 Full checkpointing (``FullAC``) keeps each block's input, 2 T h (/t under sequence
 parallelism). Models with experts or latent attention (other block layouts, the router's
@@ -67,8 +89,13 @@ logsumexp, max_scores``); the Llama 3 configs of 0.3.0 build FlexAttention
 (``attn_backend="flex"``). SDPA's flash kernel returns the log-sum-exp only (4 B)."""
 LOSS_BYTES_PER_LOGIT = 12.0
 """Plain cross-entropy on fp32 logits: three fp32 s x b x V tensors in its backward."""
-LOSS_PARALLEL_BYTES_PER_LOGIT = 14.0
-"""_LossParallelCrossEntropy.forward: bf16 logits, fp32 copy, shifted copy, log-probabilities."""
+LOSS_PARALLEL_BYTES_PER_LOGIT = 16.0
+"""_LossParallelCrossEntropy.backward (and torch's loss_parallel backward): saved fp32
+log-probabilities, the one-hot gradient, exp(log_probs) and their sum."""
+FREED_LOGITS_BYTES_PER_LOGIT = 2.0
+"""The bf16 logits' range, freed before the backward and left reserved beside its peak."""
+COMPILED_LOSS_BYTES_PER_LOGIT = 4.0
+"""A compiled loss: the saved bf16 logits and their bf16 gradient."""
 
 
 def applies(model: ModelSpec) -> bool:
@@ -119,9 +146,11 @@ def block_input_bytes(model: ModelSpec, tokens, tensor_parallel, sequence_parall
 
 
 def torchtitan_activation_terms(model: ModelSpec, columns: PlanColumns, rank_tokens, in_flight: np.ndarray,
-                                micro_batches: np.ndarray, generic: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+                                micro_batches: np.ndarray, generic: dict[str, np.ndarray],
+                                compiled_loss: bool = False) -> dict[str, np.ndarray]:
     """``activations_bytes`` and ``logits_bytes`` per GPU as torchtitan keeps them (the generic
-    activations where the per-op rule does not apply: no checkpointing, every:k > 1, MoE/MLA)."""
+    activations where the per-op rule does not apply: no checkpointing, every:k > 1, MoE/MLA),
+    with the output projection's kept input; ``logits_bytes`` is the loss's reserved peak."""
     seq_len = np.asarray(rank_tokens, dtype=float)  # tokens of one sequence on this cp rank
     tokens = seq_len * columns.micro_batch
     t, sp = columns.tensor_parallel, columns.sequence_parallel
@@ -138,9 +167,24 @@ def torchtitan_activation_terms(model: ModelSpec, columns: PlanColumns, rank_tok
     working = np.where(selective, np.maximum(full_layer - kept_selective, 0.0), full_layer)
     scale = PRECISION_ACTIVATION_SCALE[columns.precision]
     activations = np.where(selective | full, (stored_most + working) * scale, generic["activations_bytes"])
-    per_logit = np.where(np.asarray(t) > 1, LOSS_PARALLEL_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT)
-    logits = per_logit * tokens * model.vocab_size / t
+    # The output projection's and final norm's inputs are kept whatever the blocks' checkpointing.
+    activations = activations + head_input_bytes(model, tokens, t, sp) * scale
+    logits = loss_bytes_per_logit(t, compiled_loss) * tokens * model.vocab_size / t
     return {"activations_bytes": activations, "logits_bytes": logits}
+
+
+def loss_bytes_per_logit(tensor_parallel, compiled_loss: bool = False) -> np.ndarray:
+    """Reserved bytes per local logit at the loss's peak (eager: its buffers and the freed
+    bf16 logits' range; compiled: the bf16 logits and their gradient)."""
+    eager = np.where(np.asarray(tensor_parallel) > 1, LOSS_PARALLEL_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT)
+    return np.full_like(eager, COMPILED_LOSS_BYTES_PER_LOGIT) if compiled_loss else eager + FREED_LOGITS_BYTES_PER_LOGIT
+
+
+def head_input_bytes(model: ModelSpec, tokens, tensor_parallel, sequence_parallel) -> np.ndarray:
+    """The output projection's saved input (the full sequence, replicated over tp) and the
+    final norm's saved input (sequence-sharded under sequence parallelism), 16-bit."""
+    tokens = np.asarray(tokens, dtype=float)
+    return HALF_BYTES * tokens * model.hidden_size + block_input_bytes(model, tokens, tensor_parallel, sequence_parallel)
 
 
 def selective_recompute_flops_per_layer(model: ModelSpec, tokens, tensor_parallel) -> np.ndarray:
