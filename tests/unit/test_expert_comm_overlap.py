@@ -116,12 +116,13 @@ def test_the_solver_turns_it_on_where_it_hides_the_all_to_all_and_both_engines_a
 def test_full_recomputation_with_the_overlap_is_never_tabled_and_a_pin_of_both_says_why():
     """Megatron-Core refuses full recomputation with the overlap whatever the layout, so those
     activation items are dropped before the tables (2t on 16,384 GPUs: 14 checkpointing values
-    x 12 others = 168 items, plus 2 x 12 with the overlap under none or selective = 192)."""
+    x 4 others (flash attention, sequence parallelism; interleaving is a key field since issue 18)
+    = 56 items, plus 2 x 4 with the overlap under none or selective = 64)."""
     from vramopt.optimizer.problem import build_problem
 
     problem = build_problem(TrainingWorkload(model="2t"), SearchSpace(max_gpus=16384))
     overlapped = [item for item in problem.activation.values if item["expert_comm_overlap"]]
-    assert len(problem.activation.values) == 192 and len(overlapped) == 24
+    assert len(problem.activation.values) == 64 and len(overlapped) == 8
     assert all(item["checkpointing"] in ("none", "selective") for item in overlapped)
     completed = subprocess.run(
         [sys.executable, "-c", "from vramopt.cli import main; main()", "solve", "--model", "mixtral", "--max-gpus", "8",

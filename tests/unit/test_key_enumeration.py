@@ -96,6 +96,29 @@ FROZEN_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "data_parallel
                   "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers")
 
 
+def with_interleaving(rows: list[tuple], model, workload, context, choices) -> list[tuple]:
+    """The frozen rows, each followed by its virtual-stage counts (issue 18 item 2: a key field
+    since then, enumerated last): every count of the domain that divides each stage's layers
+    (Megatron-Core 0.16.1 transformer_block.get_num_layers_to_build, TransformerConfig's
+    first/last-stage checks), with a pipeline and a micro-batch count divisible by pp, written
+    here from the rule, not from the generated code; the columns in ``KEY_COLUMNS`` order."""
+    chunks_domain = domain("virtual_stages", context, choices)
+    names = ("gpu_index",) + FROZEN_COLUMNS
+    expanded = []
+    for row in rows:
+        named = dict(zip(names, row))
+        p, first, last = named["pipeline_parallel"], named["first_stage_layers"], named["last_stage_layers"]
+        middle_stages = p - (first > 0) - (last > 0)
+        middle = (model.layers - first - last) // middle_stages if middle_stages > 0 else 0
+        counts = [first or middle, last or middle] + ([middle] if middle_stages > 0 else [])
+        micro_batches = workload.global_batch // (named["data_parallel"] * named["micro_batch"])
+        for chunks in chunks_domain:
+            if chunks == 1 or (p > 1 and all(count % chunks == 0 for count in counts) and micro_batches % p == 0):
+                named["virtual_stages"] = chunks
+                expanded.append(tuple(named[name] for name in ("gpu_index",) + KEY_COLUMNS))
+    return expanded
+
+
 def context_for(model, gpu, workload, space) -> DomainContext:
     """As ``problem.build_training_problem`` builds it."""
     return DomainContext(
@@ -113,10 +136,11 @@ def assert_same_keys(workload: TrainingWorkload, space: SearchSpace) -> int:
     for gpu_index, name in enumerate(space.gpus):
         gpu = load_gpu(name)
         context = context_for(model, gpu, workload, space)
-        expected = frozen_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices)
+        expected = with_interleaving(frozen_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices),
+                                     model, workload, context, choices)
         columns = problem._keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices)
         assert tuple(columns) == ("gpu_index",) + KEY_COLUMNS
-        assert KEY_COLUMNS == FROZEN_COLUMNS  # the runner-ups' differences keep their order
+        assert tuple(name for name in KEY_COLUMNS if name != "virtual_stages") == FROZEN_COLUMNS  # runner-ups' differences keep their order
         got = list(zip(*(columns[name].tolist() for name in columns))) if len(columns["gpu_index"]) else []
         assert all(values.dtype == np.int64 for values in columns.values())
         assert got == expected, (name, len(got), len(expected), next(

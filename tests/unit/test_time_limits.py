@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cli_runner import invoke
+from tests.unit.test_key_enumeration import with_interleaving  # virtual stages: a key field since issue 18
 from vramopt.constraints.pipeline_stages import key_splits
 from vramopt.cluster import parse_cluster, parse_jobs
 from vramopt.constraints.mig import NO_MIG
@@ -327,8 +328,8 @@ def test_training_key_enumeration_equals_the_plain_loop(drawn):
     choices = parsed_user_choices(space)
     context = context_of(model, gpu, space, "train", workload.global_batch)
     columns = training_problem._keys_for_gpu(0, gpu, model, workload, space, context, choices)
-    assert list(zip(*(values.tolist() for values in columns.values()))) == plain_training_keys(
-        0, gpu, model, workload, space, context, choices)
+    assert list(zip(*(values.tolist() for values in columns.values()))) == with_interleaving(plain_training_keys(
+        0, gpu, model, workload, space, context, choices), model, workload, context, choices)
 
 
 @settings(max_examples=150, deadline=None)

@@ -45,6 +45,9 @@ class KeyRequest:
     resolve: Callable[..., tuple]
     """``resolve(field, default=None)``: the field's domain after --allow/--pin/--forbid
     (``optimizer/domains.domain`` bound to this context and these choices)."""
+    fit_only: bool = False
+    """Only whether some plan of each layout fits is asked (the relaxation probes): a domain may
+    keep just the candidates that hold the least memory (the largest virtual-stage count)."""
 
     def named(self, field: str) -> bool:
         """Whether the user named values of ``field`` (--pin or --allow)."""

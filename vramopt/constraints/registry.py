@@ -55,9 +55,10 @@ WORKLOAD_PLAN_FIELDS = ("nodes", "seq_len", "grad_accumulation", "global_batch")
 workload's batch (seq_len, global_batch) with the accumulation it implies."""
 
 KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-              "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "precision", "micro_batch")
+              "pipeline_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "precision", "micro_batch",
+              "virtual_stages")
 STATE_FIELDS = ("zero_stage", "data_parallel_shard", "offload", "grad_comm_precision", "optimizer")
-ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "virtual_stages", "expert_comm_overlap")
+ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "expert_comm_overlap")
 SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
 """Serving is not separable (the KV cache couples slots and dtype): all its non-key choices

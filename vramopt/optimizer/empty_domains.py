@@ -302,7 +302,7 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
                     f"{listing(deep_counts)} layers (pipeline_parallel {listing(deep)})")
         return None
 
-    chain.keep("virtual_stages", virtual_stages_reason, universe=lambda: (1, 2, 4))
+    chain.keep("virtual_stages", virtual_stages_reason, universe=lambda: divisors(model.layers))
 
 
 def _serving_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: SearchSpace) -> None:

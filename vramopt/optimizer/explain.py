@@ -65,12 +65,12 @@ class _Deadline:
 _NO_DEADLINE = _Deadline()
 
 
-def _try(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE) -> Problem | None:
+def _try(workload, space: SearchSpace, deadline: _Deadline = _NO_DEADLINE, fit_only: bool = False) -> Problem | None:
     check_cancelled()  # before the try: Interrupted is a VramoptError and must not read as "does not fit"
     if deadline.passed():
         return None
     try:
-        problem = probe_problem(workload, space)  # None when no key's model state fits
+        problem = probe_problem(workload, space, fit_only)  # None when no key's model state fits
     except VramoptError:
         return None
     return problem if problem is not None and (lower_bounds(problem) < UNREACHABLE).any() else None
@@ -101,7 +101,9 @@ def _relaxations(problem: Problem, workload, space: SearchSpace, deadline: _Dead
     found: list[Relaxation] = []
     factor = 2
     while space.max_gpus * factor <= MAX_GPUS_TRIED:
-        bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor), deadline)
+        # Throughput-like objectives read only which GPU counts have a plan that fits.
+        fit_only = space.objective != "min-gpus" and space.deadline_days is None
+        bigger = _try(workload, replace(space, max_gpus=space.max_gpus * factor), deadline, fit_only)
         if bigger is not None:
             if space.objective == "min-gpus":
                 # The exhaustive optimum of min-gpus is exactly the smallest count that fits

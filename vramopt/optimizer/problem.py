@@ -1,9 +1,9 @@
 """Build the search problem: candidate keys and the per-group coefficient tables.
 
 A *key* fixes what every other choice depends on: GPU type and count, tensor, pipeline
-and data parallel degrees, precision and micro-batch. For each key the cost model is
+and data parallel degrees, precision, micro-batch and virtual stages. For each key the cost model is
 separable into a *state* part (ZeRO stage, offload, gradient precision) and an
-*activation* part (checkpointing, flash attention, sequence parallelism, virtual stages):
+*activation* part (checkpointing, flash attention, sequence parallelism, expert overlap):
 memory and step time are each a state term plus an activation term plus a constant
 (tests/unit/test_separability.py). The tables below hold those terms for every key x item,
 computed by ``costs.training.evaluate_training`` -- the one cost model -- and rounded once
@@ -32,6 +32,7 @@ from vramopt.estimate import training_case
 from vramopt.frameworks import refused_masks, space_for_framework
 from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
+from vramopt.optimizer.distinct_rows import SCHEDULE_COLUMNS, evaluate_distinct
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.optimizer.grid_rules import KeyItemGrid
@@ -74,7 +75,7 @@ def build_problem(workload, space: SearchSpace) -> Problem:
     return with_cost_objective(reduction_for(REDUCTIONS, workload).apply(workload, space))
 
 
-def probe_problem(workload, space: SearchSpace) -> Problem | None:
+def probe_problem(workload, space: SearchSpace, fit_only: bool = False) -> Problem | None:
     """``build_problem``, or None as soon as the state table shows that no key fits: the
     relaxation probes (optimizer/explain.py) only ask whether a plan fits, and a key whose
     leanest model state alone exceeds its budget fits with no activation item (activation
@@ -82,13 +83,15 @@ def probe_problem(workload, space: SearchSpace) -> Problem | None:
     if not isinstance(workload, TrainingWorkload):
         return build_problem(workload, space)
     check_workload_fields(workload.kind, space)
-    problem = build_training_problem(workload, space, only_if_states_fit=True)
+    problem = build_training_problem(workload, space, only_if_states_fit=True, fit_only=fit_only)
     return None if problem is None else with_cost_objective(problem)
 
 
-def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_if_states_fit: bool = False) -> Problem | None:
+def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_if_states_fit: bool = False,
+                           fit_only: bool = False) -> Problem | None:
     """Keys, state and activation tables of a training workload (fields already checked);
-    with ``only_if_states_fit``, None when no key's leanest state fits its budget."""
+    with ``only_if_states_fit``, None when no key's leanest state fits its budget; with
+    ``fit_only``, keys for the question which layouts fit only (``KeyRequest.fit_only``)."""
     check_space(space, workload)
     space = space_for_framework(space)  # the framework's default domains; a pin it cannot run is refused
     model = load_model(workload.model)
@@ -114,7 +117,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_
             experts=model.moe.experts if model.moe is not None else 0,
         )
         contexts.append(context)
-        key_parts.append(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices))
+        key_parts.append(_keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices, fit_only))
     keys = {name: np.concatenate([part[name] for part in key_parts]) for name in ("gpu_index",) + KEY_COLUMNS}
     key_count = len(keys["gpu_index"])
     if not key_count:
@@ -176,11 +179,11 @@ def _raise_on_empty_serving_domain(workload, space: SearchSpace) -> None:
     raise_on_empty_domain(model, workload, space, choices, gpus)
 
 
-def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices) -> dict[str, np.ndarray]:
+def _keys_for_gpu(gpu_index, gpu, model, workload, space, context, choices, fit_only=False) -> dict[str, np.ndarray]:
     """One GPU type's key columns, generated from the key techniques' ``KeyDomain`` s
     (``optimizer/keys.py``)."""
     request = KeyRequest(gpu=gpu, model=model, workload=workload, space=space, context=context, choices=choices,
-                         resolve=lambda field, default=None: domain(field, context, choices, default))
+                         resolve=lambda field, default=None: domain(field, context, choices, default), fit_only=fit_only)
     return training_keys(request, gpu_index)
 
 
@@ -280,7 +283,9 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         gathered = {name: values[key_of_row] for name, values in type_keys.items()}
         gathered.update({name: values[item_of_row] for name, values in per_item.items()})
         gathered.update({name: np.full(key_of_row.size, code, dtype=np.int64) for name, code in constant_codes.items()})
-        values = evaluate_training(case, PlanColumns(**{name: gathered[name] for name in PlanColumns.__dataclass_fields__}))
+        values = evaluate_distinct(  # the state terms read no schedule column: one evaluation per interleaving-free row
+            lambda columns: evaluate_training(case, PlanColumns(**{name: columns[name] for name in PlanColumns.__dataclass_fields__})),
+            gathered, SCHEDULE_COLUMNS if group == "state" else ())
         rows = key_rows[key_of_row] * item_count + item_of_row
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]

@@ -1,0 +1,303 @@
+"""Per-stage activation checkpointing: each pipeline stage chooses its own checkpointing
+(issue 18 item 1), searched jointly with the layout, the model state and the activation
+choices the stages share, for a training request (``per_stage_search``; off unless asked,
+so the uniform answers stay as they are).
+
+The stage terms are ``costs/stage_plans.py``'s: stage s holds min(p - s, m) micro-batches of
+activations (scaled as the uniform model scales them under interleaving), its layers take the
+operator model's time, the last stage also the head and the loss. A base is one key of the
+uniform tables (``optimizer/problem.py``), one model-state item on that key's exact Pareto
+front (``prune.pareto_front``: a dominated state item can be swapped for one no worse in
+memory and time whatever the stages choose) and one combination of the shared activation
+choices; each stage's candidates are the checkpointing values the uniform table runs on that
+key (every:k dividing each stage's layers). With every stage choosing alike, a base's figures
+are the uniform tables' exactly, so the per-stage optimum is never slower than the uniform one.
+
+Given a base the stages interact only through the maximum, so the base's per-stage optimum is
+max over stages of the fastest candidate that fits: an exact bound, used (like the uniform
+solver's key bounds) to keep only the bases that reach the best one before CP-SAT
+(``stage_model.solve_stages``) settles the tie-breaks.
+
+Restrictions (said, not hidden): the stages share flash attention, sequence parallelism and
+the expert overlap; every:k must divide every stage's layers; the weights, model state,
+logits and reserve of every stage are the uniform model's heaviest stage's; offload per
+stage and layer counts per stage beyond Megatron's first/last split are not searched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vramopt.constraints import registry
+from vramopt.costs.columns import CHECKPOINT_NONE, PlanColumns
+from vramopt.costs.stage_plans import layers_of_each_stage, stage_activation_bytes, stage_compute_shares, stage_in_flight
+from vramopt.costs.training import evaluate_training
+from vramopt.errors import InfeasibleError, InputError
+from vramopt.estimate import training_case
+from vramopt.optimizer.problem import Problem, build_problem, neutral_codes
+from vramopt.optimizer.prune import pareto_front
+from vramopt.optimizer.stage_model import StageBase, solve_stages, tightest_stage
+from vramopt.optimizer.tables import KEY_COLUMNS
+from vramopt.units import BYTES_PER_MIB
+
+MAX_STAGE_LITERALS = 2_000_000
+"""Most (base, stage, candidate) rows a per-stage search tables; a larger space is refused
+with a hint to pin the layout."""
+
+MEGATRON_NOTE = ("Megatron-LM cannot run a per-stage choice: Megatron-Core 0.16.1 TransformerConfig.recompute_num_layers "
+                 "(--recompute-method block --recompute-num-layers N) recomputes the same N layers 'within each pipeline "
+                 "stage' (transformer_config.py; transformer_block.py _checkpointed_forward), and recompute_granularity "
+                 "is one value for the model; not expressible as Megatron-LM arguments")
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    stage: int
+    layers: int
+    checkpointing: str
+    in_flight_micro_batches: float
+    memory_bytes: float
+    budget_bytes: float
+    slot_seconds: float
+    """The step time if this stage set the pace (its per-micro-batch time x slots + the fixed terms)."""
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class PerStageAnswer:
+    key: int
+    state_item: int
+    shared: dict
+    stages: tuple[StagePlan, ...]
+    step_s: float
+    tokens_per_s: float
+    layout: dict
+
+    def to_dict(self) -> dict:
+        return {
+            "layout": self.layout, "shared": dict(self.shared), "step_s": self.step_s, "tokens_per_s": self.tokens_per_s,
+            "stages": [{"stage": plan.stage, "layers": plan.layers, "checkpointing": plan.checkpointing,
+                        "in_flight_micro_batches": plan.in_flight_micro_batches, "memory_bytes": plan.memory_bytes,
+                        "budget_bytes": plan.budget_bytes, "slot_seconds": plan.slot_seconds, "why": plan.why}
+                       for plan in self.stages],
+            "megatron": MEGATRON_NOTE,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    key: int
+    state_item: int
+    shared: tuple
+    names: tuple[str, ...]
+    """Each candidate's checkpointing: the uniform domain's values in its order, then block:N
+    (Megatron-Core's block method: the first N layers of the stage recomputed)."""
+    stage: StageBase
+    seconds: np.ndarray
+    memory_bytes: np.ndarray
+    in_flight: np.ndarray
+    stages_of: StageBase | None = None
+    """For a base folded into one stage (``_alike``), its per-stage table."""
+
+
+def per_stage_search(workload, space, time_limit_s: float = 10.0, same_on_every_stage: bool = False) -> PerStageAnswer:
+    """The fastest plan whose stages checkpoint each as they need (see the module docstring).
+    With ``same_on_every_stage`` every stage takes the same candidate (block:N included: what
+    Megatron-LM's --recompute-method block --recompute-num-layers N runs), the comparison that
+    separates the per-stage choice from the finer block granularity."""
+    problem = build_problem(workload, space)
+    if problem.kind != "train":
+        raise InputError("per-stage checkpointing applies to training plans")
+    bases = _bases(problem)
+    if same_on_every_stage:
+        bases = [_alike(base) for base in bases]
+    usable = [base for base in bases if (base.stage.valid & (base.stage.memory_mib <= base.stage.budget_mib)).any(axis=1).all()]
+    if not usable:
+        raise InfeasibleError(_infeasible_reason(problem, bases))
+    choice = solve_stages([base.stage for base in usable], time_limit_s=time_limit_s)
+    candidates = choice.candidates * len(usable[choice.base].in_flight) if same_on_every_stage else choice.candidates
+    return _answer(problem, _unalike(usable[choice.base]) if same_on_every_stage else usable[choice.base], candidates)
+
+
+def _alike(base: "_Base") -> "_Base":
+    """The base as one stage whose candidates are the same choice on every stage: its time the
+    slowest stage's, its memory the heaviest's, valid where every stage runs it."""
+    stage = base.stage
+    fits = stage.valid & (stage.memory_mib <= stage.budget_mib)
+    one = StageBase(time_ticks=stage.time_ticks.max(axis=0, keepdims=True), memory_mib=stage.memory_mib.max(axis=0, keepdims=True),
+                    valid=fits.all(axis=0, keepdims=True), budget_mib=stage.budget_mib)
+    return _Base(base.key, base.state_item, base.shared, base.names, one, base.seconds, base.memory_bytes, base.in_flight, stage)
+
+
+def _unalike(base: "_Base") -> "_Base":
+    return _Base(base.key, base.state_item, base.shared, base.names, base.stages_of, base.seconds, base.memory_bytes, base.in_flight)
+
+
+def _shared_of(item: dict) -> tuple:
+    return tuple((field, value) for field, value in item.items() if field != "checkpointing")
+
+
+def _bases(problem: Problem) -> list[_Base]:
+    keys = np.arange(problem.key_count)
+    state_front = pareto_front(problem.state, keys)
+    activation = problem.activation
+    groups: dict[tuple, list[int]] = {}
+    for index, item in enumerate(activation.values):
+        groups.setdefault(_shared_of(item), []).append(index)
+    stage_terms = _stage_terms(problem)
+    rows = sum(int(state_front[key].sum()) * len(groups) * int(problem.keys["pipeline_parallel"][key]) * max(len(items) for items in groups.values())
+               for key in keys)
+    if rows > MAX_STAGE_LITERALS:
+        raise InputError(f"the per-stage search would table {rows:,} stage candidates, more than {MAX_STAGE_LITERALS:,}; "
+                         "pin the layout (--pin tensor_parallel=.. --pin pipeline_parallel=.. --pin gpus=..)")
+    found = []
+    tick = problem.tick_s
+    for key in keys.tolist():
+        seconds_by_item, bytes_by_item, in_flight, block_bytes = stage_terms[key]
+        counts = layers_of_each_stage(problem.model.layers, int(problem.keys["pipeline_parallel"][key]),
+                                      int(problem.keys["first_stage_layers"][key]), int(problem.keys["last_stage_layers"][key]))
+        for shared, items in groups.items():
+            items = tuple(item for item in items if activation.valid[key, item])
+            if not items:
+                continue
+            seconds = np.stack([seconds_by_item[item] for item in items], axis=1)  # (stages, candidates)
+            memory = np.stack([bytes_by_item[item] for item in items], axis=1)
+            names = tuple(activation.values[item]["checkpointing"] for item in items)
+            if "none" in names and "every:1" in names and items[names.index("none")] in block_bytes:
+                plain, full = names.index("none"), names.index("every:1")
+                per_count = block_bytes[items[plain]]
+                layers = np.array(counts, dtype=float)
+                extra_seconds, extra_memory, extra_names = [], [], []
+                for count in sorted(per_count):
+                    share = np.minimum(count, layers) / layers  # the recompute GEMMs are per layer
+                    extra_seconds.append(seconds[:, plain] + share * (seconds[:, full] - seconds[:, plain]))
+                    extra_memory.append(per_count[count])
+                    extra_names.append(f"block:{count}")
+                if extra_names:
+                    seconds = np.concatenate([seconds, np.stack(extra_seconds, axis=1)], axis=1)
+                    memory = np.concatenate([memory, np.stack(extra_memory, axis=1)], axis=1)
+                    names = names + tuple(extra_names)
+            for state_item in np.flatnonzero(state_front[key]).tolist():
+                stage = StageBase(
+                    time_ticks=problem.state.time_ticks[key, state_item] + np.rint(seconds / tick).astype(np.int64),
+                    memory_mib=problem.state.memory_mib[key, state_item] + np.ceil(memory / BYTES_PER_MIB).astype(np.int64),
+                    valid=np.ones(seconds.shape, dtype=bool), budget_mib=int(problem.budget_mib[key]))
+                found.append(_Base(key, state_item, shared, names, stage, seconds + problem.state.time_s[key, state_item],
+                                   memory + problem.state.memory_bytes[key, state_item], in_flight))
+    return found
+
+
+def _stage_terms(problem: Problem) -> dict[int, tuple[dict, dict, np.ndarray, dict]]:
+    """Per key: per activation item, each stage's step seconds if it set the pace and its
+    activation bytes (the uniform table's, less what the stage holds below the heaviest and
+    what it computes below the slowest), the micro-batches each stage holds, and for items
+    without checkpointing each stage's bytes under block recomputation of N layers."""
+    activation = problem.activation
+    key_rows, item_rows = np.nonzero(activation.valid)
+    per_key = {name: problem.keys[name][key_rows] for name in KEY_COLUMNS}
+    item_codes: dict[str, list[int]] = {}
+    for item in activation.values:
+        codes: dict[str, int] = {}
+        for field, value in item.items():
+            codes.update(registry.technique(field).columns(value))
+        for name, code in codes.items():
+            item_codes.setdefault(name, []).append(code)
+    per_item = {name: np.array(values, dtype=np.int64)[item_rows] for name, values in item_codes.items()}
+    constant = {name: np.full(key_rows.size, code, dtype=np.int64) for name, code in neutral_codes(registry.STATE_FIELDS).items()
+                if name not in per_key and name not in per_item}
+    if "grad_comm_precision" not in constant:
+        constant["grad_comm_precision"] = per_key["precision"]
+    gathered = {**per_key, **per_item, **constant}
+    layout_of = np.stack([problem.keys[name] for name in ("gpu_index", "pipeline_parallel", "first_stage_layers", "last_stage_layers")], axis=1)[key_rows]
+    terms: dict[int, tuple[dict, dict, np.ndarray]] = {}
+    for layout in np.unique(layout_of, axis=0):
+        rows = np.flatnonzero((layout_of == layout).all(axis=1))
+        gpu = problem.gpus[int(layout[0])]
+        case = training_case(problem.workload, gpu.name, problem.space.framework)
+        columns = PlanColumns(**{name: gathered[name][rows] for name in PlanColumns.__dataclass_fields__})
+        values = evaluate_training(case, columns)
+        tokens = problem.workload.seq_len / columns.context_parallel
+        stage_bytes = stage_activation_bytes(problem.model, columns, tokens, values["micro_batches"])
+        shares = stage_compute_shares(case.model, gpu, columns, problem.workload.seq_len, case.trainable_fraction, case.compute_overhead_fraction)
+        in_flight = stage_in_flight(columns, values["micro_batches"])
+        table_bytes = activation.memory_bytes[key_rows[rows], item_rows[rows]]
+        table_seconds = activation.time_s[key_rows[rows], item_rows[rows]]
+        extras = table_bytes[:, None] - stage_bytes.max(axis=1, keepdims=True)  # the expert overlap's chunk, as the uniform model adds it
+        stage_memory = stage_bytes + extras
+        stage_seconds = table_seconds[:, None] - values["compute_s"][:, None] * (1.0 - shares)
+        # Megatron's block recomputation of the first N layers of each stage, from rows without checkpointing.
+        plain = np.flatnonzero(columns.checkpoint_kind == CHECKPOINT_NONE)
+        most_layers = max(layers_of_each_stage(problem.model.layers, int(layout[1]), int(layout[2]), int(layout[3])))
+        blocks = {count: stage_activation_bytes(problem.model, _rows(columns, plain), tokens[plain] if np.ndim(tokens) else tokens,
+                                                values["micro_batches"][plain], recomputed_layers=count) + extras[plain]
+                  for count in range(1, most_layers)}
+        block_row = {row: position for position, row in enumerate(plain.tolist())}
+        for row, key, item in zip(range(rows.size), key_rows[rows].tolist(), item_rows[rows].tolist()):
+            seconds_by_item, bytes_by_item, _, block_bytes = terms.setdefault(key, ({}, {}, in_flight[row], {}))
+            seconds_by_item[item] = stage_seconds[row]
+            bytes_by_item[item] = stage_memory[row]
+            if row in block_row:
+                block_bytes[item] = {count: values_of[block_row[row]] for count, values_of in blocks.items()}
+    return terms
+
+
+def _rows(columns: PlanColumns, rows: np.ndarray) -> PlanColumns:
+    return PlanColumns(**{name: np.asarray(getattr(columns, name))[rows] for name in PlanColumns.__dataclass_fields__})
+
+
+def _answer(problem: Problem, base: _Base, candidates: tuple[int, ...]) -> PerStageAnswer:
+    key = base.key
+    constant_bytes = float(problem.constant_bytes[key])  # logits and reserve: what the budget already left out
+    budget_bytes = float(problem.budget_mib[key]) * BYTES_PER_MIB + constant_bytes
+    counts = layers_of_each_stage(problem.model.layers, int(problem.keys["pipeline_parallel"][key]),
+                                  int(problem.keys["first_stage_layers"][key]), int(problem.keys["last_stage_layers"][key]))
+    names = list(base.names)
+    stages = []
+    for stage, candidate in enumerate(candidates):
+        fitting = [index for index in range(candidate) if base.stage.memory_mib[stage, index] <= base.stage.budget_mib]
+        name = names[candidate]
+        if name.startswith("block:"):
+            count = int(name.split(":")[1])
+            previous = names.index("none" if count == 1 else f"block:{count - 1}")
+            if base.stage.memory_mib[stage, previous] > base.stage.budget_mib:
+                fitting = []
+                candidate_before = previous
+            else:
+                candidate_before = None
+        else:
+            candidate_before = candidate - 1 if candidate else None
+        if candidate == 0:
+            why = f"holds {base.in_flight[stage]:.3g} micro-batches in flight and fits with {names[0]}"
+        elif not fitting:
+            recomputes = f"recomputes {min(count, counts[stage])} of its {counts[stage]} layers, the fewest that fit; " if name.startswith("block:") else ""
+            why = (f"holds {base.in_flight[stage]:.3g} micro-batches in flight: {recomputes}{names[candidate_before]} would need "
+                   f"{(base.memory_bytes[stage, candidate_before] + constant_bytes) / 2**30:.2f} GiB of the {budget_bytes / 2**30:.2f} GiB budget")
+        else:  # a lighter candidate that fits is slower here than the step the slowest stage sets
+            lighter = fitting[-1]
+            why = (f"{names[lighter]} fits ({(base.memory_bytes[stage, lighter] + constant_bytes) / 2**30:.2f} GiB) but would make this stage "
+                   f"the slowest ({base.seconds[stage, lighter]:.3f} s)")
+        stages.append(StagePlan(stage=stage, layers=counts[stage], checkpointing=names[candidate],
+                                in_flight_micro_batches=float(base.in_flight[stage]),
+                                memory_bytes=float(base.memory_bytes[stage, candidate]) + constant_bytes, budget_bytes=budget_bytes,
+                                slot_seconds=float(base.seconds[stage, candidate]), why=why))
+    step_s = max(plan.slot_seconds for plan in stages)
+    layout = {name: int(problem.keys[name][key]) for name in KEY_COLUMNS}
+    layout["gpu"] = problem.gpus[int(problem.keys["gpu_index"][key])].name
+    layout.update(problem.state.values[base.state_item])
+    return PerStageAnswer(key=key, state_item=base.state_item, shared=dict(base.shared), stages=tuple(stages), step_s=step_s,
+                          tokens_per_s=problem.workload.global_batch * problem.workload.seq_len / step_s, layout=layout)
+
+
+def _infeasible_reason(problem: Problem, bases: list[_Base]) -> str:
+    """The base whose tightest stage comes closest to its budget, and that stage."""
+    if not bases:
+        return "no layout of the space has a well-formed plan"
+    overshoot = []
+    for base in bases:
+        stage, least = tightest_stage(base.stage)
+        overshoot.append((least - base.stage.budget_mib, stage, least, base))
+    excess, stage, least, base = min(overshoot, key=lambda entry: entry[0])
+    return (f"no per-stage plan fits: in the closest layout, stage {stage} of {int(problem.keys['pipeline_parallel'][base.key])} "
+            f"needs at least {least:,} MiB with its leanest checkpointing, {excess:,} MiB over its budget of {base.stage.budget_mib:,} MiB")
