@@ -1,37 +1,24 @@
-"""Parallel layout: GPU type and count, tensor, pipeline and data parallel degrees,
-sequence parallelism and the interleaved pipeline schedule.
+"""Parallel layout: GPU type and count, tensor, pipeline and data parallel degrees, and
+sequence parallelism.
 
 Domains: tensor parallel in powers of two up to the NVLink domain (Narayanan et al. 2021
 takeaway 1: keep tensor parallelism inside a server) unless allowed across nodes; pipeline
 parallel over the divisors of the layer count (equal stages; for serving up to 8, since a
 replica beyond 8 stages only adds latency) and, for training, the powers of two that split
 the layers with fewer on the first or last stage (costs/pipeline_stages.py); data parallel is derived,
-``gpus / (tp * pp)``; virtual stages every divisor of each stage's layers (a key field: which
-counts a layout allows depends on its pipeline degree, stage split and micro-batch count).
-
-Interleaving's domain: Megatron-Core core_v0.16.1 builds ``layers per stage / v`` layers per
-model chunk and asserts that v divides the layers of the stage
-(megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``; with uneven first
-and last stages ``TransformerConfig.__post_init__`` in transformer_config.py checks the first,
-the last and each middle stage's count), so every divisor of the stage's layers is a schedule it
-runs. The micro-batch count is held to a multiple of pp (Narayanan et al. 2021 section 2.2.2;
-Megatron-Core 0.16.1's schedules.py accepts a remainder of 0 or >= pp with its default group of
-pp micro-batches, a superset vramopt does not search).
+``gpus / (tp * pp)``; virtual stages in constraints/virtual_stages.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from vramopt.constraints.contribution import Contribution, ContractField, Export, no_rules
-from vramopt.constraints.key_domain import KeyDomain, KeyRequest, KeyRule
+from vramopt.constraints.key_domain import KeyDomain, KeyRequest
 from vramopt.constraints.parallelism_exports import (  # noqa: F401 (the exports the Contributions below name)
     _tensor_parallel_notes,
     _pipeline_parallel_notes,
     _data_parallel_notes,
-    _virtual_stages_notes,
     _sequence_parallel_notes,
     _launch_notes,
     _on_off,
@@ -40,9 +27,7 @@ from vramopt.constraints.parallelism_exports import (  # noqa: F401 (the exports
     _torchtitan_tensor_parallel,
     _torchtitan_pipeline_parallel,
     _torchtitan_sequence_parallel,
-    _torchtitan_virtual_stages,
     _megatron_sequence_parallel,
-    _megatron_virtual_stages,
 )
 from vramopt.constraints.serving_layout import serving_layout_invalid_reasons, vllm_pipeline_parallel, vllm_replicas, vllm_tensor_parallel
 from vramopt.constraints.technique import DomainContext, PlanField, Technique, parse_bool, parse_int
@@ -50,7 +35,7 @@ from vramopt.costs.activations import layer_bytes
 from vramopt.costs.communication import data_parallel_seconds_per_step, group_bandwidth, tensor_parallel_seconds_per_micro_batch
 from vramopt.costs.gemm import gemm_seconds
 from vramopt.costs.memory import in_flight_micro_batches, parameters_per_gpu
-from vramopt.costs.pipeline_stages import divides_every_stage, pipeline_degrees, uneven
+from vramopt.costs.pipeline_stages import pipeline_degrees, uneven
 from vramopt.costs.training import gpus_on_busiest_node
 from vramopt.parallel_layout import STATE_DEGREES, ParallelLayout
 from vramopt.types import WORKLOADS
@@ -130,40 +115,6 @@ TENSOR_PARALLEL_KEY = KeyDomain(values=_tensor_parallel_candidates)
 PIPELINE_PARALLEL_KEY = KeyDomain(values=lambda request: request.resolve("pipeline_parallel"))
 
 
-def _virtual_stage_candidates(request: KeyRequest, pipeline_parallel: int, first_stage_layers: int, last_stage_layers: int) -> tuple[int, ...]:
-    """The virtual-stage counts of one stage split: each value of the field's domain that
-    splits every stage's layers into whole chunks (1 only without a pipeline). When only fit is
-    asked, 1 and the largest: activation memory does not grow with the count (the in-flight
-    factor 1 + (p - 1) / (p v), the overlap's one chunk) and no rule admits one count above 1
-    and refuses another, so a layout fits with some count exactly when with one of these
-    (tests/regression/test_interleaving_domain.py)."""
-    counts = tuple(
-        chunks for chunks in request.resolve("virtual_stages")
-        if chunks == 1 or (pipeline_parallel > 1 and bool(divides_every_stage(
-            request.model.layers, pipeline_parallel, first_stage_layers, last_stage_layers, chunks)))
-    )
-    if request.fit_only and len(counts) > 2:
-        interleaved = [chunks for chunks in counts if chunks > 1]
-        return tuple(chunks for chunks in counts if chunks == 1 or chunks == max(interleaved))
-    return counts
-
-
-def _interleaving_splits_micro_batches(request: KeyRequest, rows) -> np.ndarray:
-    """An interleaved schedule needs a micro-batch count divisible by pp."""
-    micro_batches = ParallelLayout.from_columns(rows).micro_batches(request.workload.global_batch, rows.micro_batch)
-    return (rows.virtual_stages == 1) | (np.round(micro_batches) % rows.pipeline_parallel == 0)
-
-
-VIRTUAL_STAGES_KEY = KeyDomain(
-    values=_virtual_stage_candidates, after=("pipeline_parallel", "first_stage_layers", "last_stage_layers"),
-    rules=(KeyRule(reads=("tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-                          "pipeline_parallel", "data_parallel", "micro_batch", "virtual_stages"),
-                   admits=_interleaving_splits_micro_batches),),
-)
-"""Interleaving is part of the layout: the counts a key may take depend on its stage split
-(every divisor of each stage's layers) and micro-batch count, so it is a key field (as an
-activation item every divisor would multiply every key's activation table: 2t on 16,384 GPUs
-would hold 31,678 keys x 768 items = 24M rows; as a key, 79,824 keys x 64 items = 5.1M)."""
 DATA_PARALLEL_KEY = KeyDomain(values=_data_parallel_candidates)
 
 
@@ -179,18 +130,6 @@ def layout_invalid_reasons(case, columns) -> dict[str, Any]:
     return ParallelLayout.from_columns(columns).invalid_reasons(
         gpus=columns.gpus, heads=model.heads, kv_heads=model.kv_heads, layers=model.layers,
         global_batch=case.global_batch, micro_batch=columns.micro_batch, uneven_stages=uneven(columns))
-
-
-def virtual_stages_invalid_reasons(case, columns) -> dict[str, Any]:
-    """Megatron-LM's interleaved schedule: a pipeline, whole chunks per stage, and a
-    micro-batch count the schedule can split (Narayanan et al. 2021 section 2.2.2)."""
-    p, v = columns.pipeline_parallel, columns.virtual_stages
-    micro_batches = ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
-    return {
-        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
-        & ((p == 1) | ~divides_every_stage(case.model.layers, p, columns.first_stage_layers, columns.last_stage_layers, v)
-           | (np.round(micro_batches) % p != 0)),
-    }
 
 
 def sequence_parallel_invalid_reasons(case, columns) -> dict[str, Any]:
@@ -374,32 +313,4 @@ SEQUENCE_PARALLEL = Technique(
     ),
 )
 
-VIRTUAL_STAGES = Technique(
-    field="virtual_stages",
-    group="key",
-    description="interleaved pipeline: model chunks per GPU",
-    parse=parse_int("virtual_stages", 1),
-    default_values=lambda context: divisors(context.layers),
-    columns=lambda value: {"virtual_stages": value},
-    decode=lambda codes: int(codes["virtual_stages"]),
-    key_domain=VIRTUAL_STAGES_KEY,
-    plan_field=PlanField(
-        python_type=int, default=1, minimum=1, flags=("--virtual-stages",),
-        doc="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
-        help="Interleaved pipeline: model chunks per GPU (1 = plain 1F1B).",
-    ),
-    aliases=("vv",),
-    contribution=Contribution(
-        validity=virtual_stages_invalid_reasons,
-        memory=in_flight_micro_batches,
-        time=ParallelLayout.pipeline_slots,
-        contract=ContractField(name="virtual_stages", json_type="integer",
-                               description="interleaved pipeline: model chunks per GPU (1 = plain 1F1B)"),
-        display=lambda plan: f"virtual stages {plan['virtual_stages']}",
-        display_line="parallel",
-        exports={"torchtitan": Export(apply=_torchtitan_virtual_stages), "megatron": Export(apply=_megatron_virtual_stages), "deepspeed": Export(apply=_virtual_stages_notes), "vllm": Export(not_exported=TRAINING_ONLY_VLLM)},
-        sources=(f"{NARAYANAN}, section 2.2.2 (bubble (p - 1) / (v m))", f"{KORTHIKANTI}, section 4.2.3 (1 + (p - 1) / (p v) in flight)"),
-    ),
-)
-
-TECHNIQUES = (GPU, GPUS, TENSOR_PARALLEL, PIPELINE_PARALLEL, DATA_PARALLEL, SEQUENCE_PARALLEL, VIRTUAL_STAGES)
+TECHNIQUES = (GPU, GPUS, TENSOR_PARALLEL, PIPELINE_PARALLEL, DATA_PARALLEL, SEQUENCE_PARALLEL)

@@ -23,11 +23,12 @@ from vramopt.constraints import (
     precision,
     quantization,
     speculative,
+    virtual_stages,
     zero,
 )
 from vramopt.constraints.technique import Technique
 
-MODULES = (parallelism, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, hybrid_shard, offload, optimizer_format, checkpointing, attention, expert_overlap, quantization, mig, kv_cache, speculative)
+MODULES = (parallelism, virtual_stages, context_parallel, expert_parallel, pipeline_stages, precision, batching, zero, hybrid_shard, offload, optimizer_format, checkpointing, attention, expert_overlap, quantization, mig, kv_cache, speculative)
 
 TECHNIQUES: tuple[Technique, ...] = tuple(technique for module in MODULES for technique in module.TECHNIQUES)
 BY_FIELD = {technique.field: technique for technique in TECHNIQUES}

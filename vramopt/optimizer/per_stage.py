@@ -37,6 +37,7 @@ from vramopt.costs.training import evaluate_training
 from vramopt.errors import InfeasibleError, InputError
 from vramopt.estimate import training_case
 from vramopt.optimizer.problem import Problem, build_problem, neutral_codes
+from vramopt.parallel_layout import ParallelLayout
 from vramopt.optimizer.prune import pareto_front
 from vramopt.optimizer.stage_model import StageBase, solve_stages, tightest_stage
 from vramopt.optimizer.tables import KEY_COLUMNS
@@ -218,7 +219,7 @@ def _stage_terms(problem: Problem) -> dict[int, tuple[dict, dict, np.ndarray, di
         case = training_case(problem.workload, gpu.name, problem.space.framework)
         columns = PlanColumns(**{name: gathered[name][rows] for name in PlanColumns.__dataclass_fields__})
         values = evaluate_training(case, columns)
-        tokens = problem.workload.seq_len / columns.context_parallel
+        tokens = ParallelLayout.from_columns(columns).tokens_per_rank(problem.workload.seq_len)
         stage_bytes = stage_activation_bytes(problem.model, columns, tokens, values["micro_batches"])
         shares = stage_compute_shares(case.model, gpu, columns, problem.workload.seq_len, case.trainable_fraction, case.compute_overhead_fraction)
         in_flight = stage_in_flight(columns, values["micro_batches"])
