@@ -19,22 +19,10 @@ import os
 import sys
 from pathlib import Path
 
+from argument_records import argument_records  # benchmarks/argument_records.py (the script's own folder)
+
 RELEASE = "core_v0.16.1"
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "exporters" / "megatron_lm_arguments.json"
-
-
-def action_kind(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):
-        return "store_true"
-    if isinstance(action, argparse._StoreFalseAction):
-        return "store_false"
-    if isinstance(action, argparse._StoreConstAction):
-        return "store_const"
-    if isinstance(action, argparse._AppendAction):
-        return "append"
-    if isinstance(action, argparse._HelpAction):
-        return "help"
-    return "store"
 
 
 def main() -> None:
@@ -45,18 +33,7 @@ def main() -> None:
     from megatron.training.arguments import add_megatron_arguments
 
     parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-    arguments = []
-    for action in parser._actions:
-        if not action.option_strings or action_kind(action) == "help":
-            continue
-        arguments.append({
-            "options": list(action.option_strings),
-            "dest": action.dest,
-            "kind": action_kind(action),
-            "type": getattr(action.type, "__name__", None) if action.type is not None else None,
-            "nargs": action.nargs if isinstance(action.nargs, (int, str)) else None,
-            "choices": [str(choice) for choice in action.choices] if action.choices is not None else None,
-        })
+    arguments = argument_records(parser)
     FIXTURE.write_text(json.dumps({"release": RELEASE, "source": "Megatron-LM megatron/training/arguments.py add_megatron_arguments",
                                    "arguments": arguments}, indent=1) + "\n")
     print(f"{len(arguments)} arguments of Megatron-LM {RELEASE} written to {FIXTURE}")

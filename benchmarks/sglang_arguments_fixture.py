@@ -19,24 +19,10 @@ import argparse
 import json
 from pathlib import Path
 
+from argument_records import argument_records  # benchmarks/argument_records.py (the script's own folder)
+
 RELEASE = "0.5.23"
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "exporters" / "sglang_server_args.json"
-
-
-def action_kind(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):
-        return "store_true"
-    if isinstance(action, argparse._StoreFalseAction):
-        return "store_false"
-    if isinstance(action, argparse.BooleanOptionalAction):
-        return "boolean_optional"
-    if isinstance(action, argparse._StoreConstAction):
-        return "store_const"
-    if isinstance(action, argparse._AppendAction):
-        return "append"
-    if isinstance(action, argparse._HelpAction):
-        return "help"
-    return "store"
 
 
 def main() -> None:
@@ -48,18 +34,7 @@ def main() -> None:
         raise SystemExit(f"sglang {version} is installed; the fixture records {RELEASE}")
     parser = argparse.ArgumentParser(allow_abbrev=False)
     ServerArgs.add_cli_args(parser)
-    arguments = []
-    for action in parser._actions:
-        if not action.option_strings or action_kind(action) == "help":
-            continue
-        arguments.append({
-            "options": list(action.option_strings),
-            "dest": action.dest,
-            "kind": action_kind(action),
-            "type": getattr(action.type, "__name__", None) if action.type is not None else None,
-            "nargs": action.nargs if isinstance(action.nargs, (int, str)) else None,
-            "choices": [str(choice) for choice in action.choices] if action.choices is not None else None,
-        })
+    arguments = argument_records(parser)
     FIXTURE.write_text(json.dumps({"release": RELEASE, "source": "sglang python/sglang/srt/server_args.py ServerArgs.add_cli_args",
                                    "arguments": arguments}, indent=1) + "\n")
     print(f"{len(arguments)} arguments of SGLang {RELEASE} written to {FIXTURE}")
