@@ -30,10 +30,9 @@ def compact_layout_brief(plan: Mapping[str, Any]) -> str:
 
 def training_brief(plan: Mapping[str, Any]) -> str:
     """'tp2 pp4 dp8 ZeRO-1 bf16 offload=none ckpt=selective' of a training plan dict: the
-    layout, then the memory techniques the front, cost-front and pack tables compare (with
-    hybrid sharding's group after the ZeRO stage it divides)."""
-    shard = f"dp_shard={plan['data_parallel_shard']} " if plan.get("data_parallel_shard") else ""  # hybrid sharding's group
-    return (f"{compact_layout_brief(plan)} ZeRO-{plan['zero_stage']} {shard}{plan['precision']} offload={plan['offload']} "
+    layout (hybrid sharding's group among its phrases), then the memory techniques the front,
+    cost-front and pack tables compare."""
+    return (f"{compact_layout_brief(plan)} ZeRO-{plan['zero_stage']} {plan['precision']} offload={plan['offload']} "
             f"ckpt={plan['checkpointing']}")
 
 
