@@ -122,7 +122,8 @@ def gpus_on_busiest_node(case: TrainingCase, columns: PlanColumns) -> np.ndarray
 
 def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.ndarray]:
     model, gpu, seq_len = case.model, case.gpu, case.seq_len
-    micro_batches = micro_batches_per_step(case, columns)
+    layout = ParallelLayout.from_columns(columns)
+    micro_batches = layout.micro_batches(case.global_batch, columns.micro_batch)
     memory = model_state_bytes(model, columns, case.trainable_fraction, case.frozen_bytes_per_param)
     if case.framework != "generic":
         from vramopt.frameworks.memory import framework_model_state_bytes
@@ -131,7 +132,7 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
                                              case.trainable_fraction, case.frozen_bytes_per_param)
     # Context parallelism: each rank keeps s/cp tokens of every activation and of the logits
     # (linear in s: cp > 1 needs flash attention, so no s^2 score term is kept).
-    rank_tokens = ParallelLayout.from_columns(columns).tokens_per_rank(seq_len)
+    rank_tokens = layout.tokens_per_rank(seq_len)
     memory["activations_bytes"] = activation_bytes(model, activation_shape(model), columns, rank_tokens, micro_batches)
     memory["activations_bytes"] = memory["activations_bytes"] + extra_activation_bytes(memory["activations_bytes"], columns, micro_batches)
     memory["logits_bytes"] = logits_bytes(model, columns, rank_tokens)
@@ -168,13 +169,12 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         # torchtitan's attention is torch SDPA / FlexAttention: FlashAttention-2-class kernels.
         compute_per_micro_batch = compute_per_micro_batch + sdpa_attention_extra_seconds(model, gpu, columns, seq_len)
     tensor_parallel_total = (tensor_parallel_seconds_per_micro_batch(model, gpu, columns, seq_len)
-                             + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / ParallelLayout.from_columns(columns).activation_token_shards()
+                             + moe_tensor_parallel_adjustment_s(model, gpu, columns, seq_len)) / layout.activation_token_shards()
     tensor_parallel_per_micro_batch = exposed_tensor_parallel_seconds(
         tensor_parallel_total, operators["linear_s"], case.tensor_parallel_overlap, case.tensor_parallel_backward_overlap,
         columns.sequence_parallel, columns.checkpoint_kind == CHECKPOINT_EVERY, operators["column_weight_gradient_s"],
     )
     ring = ring_seconds_per_micro_batch(model, gpu, columns, seq_len)
-    layout = ParallelLayout.from_columns(columns)
     slots = layout.pipeline_slots(micro_batches, columns.virtual_stages)
     expert = all_to_all_seconds_per_micro_batch(model, gpu, columns, seq_len)  # 0 without expert parallelism
     expert = exposed_all_to_all_seconds(expert, compute_per_micro_batch, columns, micro_batches)  # combined 1F1B

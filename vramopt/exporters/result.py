@@ -157,6 +157,11 @@ def fit_notes(response: Mapping[str, Any]) -> list[str]:
     return [f"this plan does not fit ({', '.join(failed)}): the exported configuration would run out of memory"]
 
 
+def catalog_name_note(name: str) -> str:
+    """The serving exports' note on the model argument, which holds vramopt's catalog name."""
+    return f"model '{name}' is vramopt's catalog name: replace it with the Hugging Face repo id or local path of the checkpoint"
+
+
 def technique_export_notes(exporter: str, draft) -> list[str]:
     """Every training technique's export to ``exporter`` applied to ``draft``, in plan order:
     each edits ``draft.content`` and returns its notes (``Contribution.exports``)."""

@@ -36,14 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, response_parts
+from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, catalog_name_note, fit_notes, response_parts
 from vramopt.exporters.vllm import VllmExport, vllm_args
 
 RELEASE = "0.5.23"
 """The sglang release whose ServerArgs the export targets."""
-
-MODEL_PLACEHOLDER_NOTE = "is vramopt's catalog name"
-"""The vLLM note on the model name, which applies as it is (the same placeholder)."""
 
 SGLANG_QUANTIZATIONS = ("fp8", "awq", "gptq", "modelopt_fp4", "compressed-tensors", "bitsandbytes", "gptq_marlin", "awq_marlin")
 """vLLM quantization methods SGLang 0.5.23 takes under the same name (its --quantization
@@ -123,7 +120,7 @@ TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {
 def _notes(vllm: VllmExport, content: Mapping[str, Any], response: Mapping[str, Any]) -> list[str]:
     """What the SGLang arguments cannot say, in SGLang's terms."""
     plan = response["plan"]
-    notes = [note for note in vllm.notes if MODEL_PLACEHOLDER_NOTE in note or note.startswith("this plan does not fit")]
+    notes = fit_notes(response) + [catalog_name_note(str(response["model"]["name"]))]
     quantization = vllm.content.get("quantization")
     if quantization is not None and "quantization" not in content:
         notes.append(f"quantization '{quantization}' is vLLM's name for the checkpoint's method; SGLang reads the method "

@@ -28,7 +28,7 @@ from vramopt.constraints.contribution import ExportDraft
 from vramopt.costs.inference import KV_CACHE_DTYPES, QUANTIZATIONS, ServingCase
 from vramopt.errors import InputError
 from vramopt.exporters.vllm_disaggregated import disaggregated_notes
-from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, fit_notes, one_of, positive_integer, required, response_parts
+from vramopt.exporters.result import SERVING_WORKLOAD, ExportResult, catalog_name_note, fit_notes, one_of, positive_integer, required, response_parts
 
 MODEL_DTYPE = "bfloat16"
 """Activations and unquantized weights: the cost model prices serving at 16 bits."""
@@ -163,9 +163,7 @@ def vllm_args(response: Mapping[str, Any]) -> VllmExport:
         "enable_chunked_prefill": True,
         "max_num_batched_tokens": _assumption("prefill_chunk_tokens"),
     }
-    notes.append(
-        f"model '{name}' is vramopt's catalog name: replace it with the Hugging Face repo id or local path of the checkpoint"
-    )
+    notes.append(catalog_name_note(name))
     checked = {
         **plan, "gpus": gpus, "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel, "context": context,
         "slots": slots, "replicas": replicas, "instances_per_gpu": instances_per_gpu, "quantization": quantization,
