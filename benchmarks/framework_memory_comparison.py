@@ -147,9 +147,12 @@ def torchtitan_row_gib(row: dict[str, str], framework: str) -> float | None:
         values = estimate_training(workload, plan, framework=framework).values
     except VramoptError:
         return None
-    if framework == "torchtitan" and row["compiled_loss"] == "true":
-        # The compiled loss is not a plan field yet: the same plan, its case marked.
-        case = dataclasses.replace(training_case(workload, plan.gpu, framework), compiled_loss=True)
+    if framework == "torchtitan":
+        # The published runs (Dec 2024, June 2025) predate 0.3.0's ChunkedLossWrapper: their loss saw
+        # the whole micro-batch's logits (loss_chunks 1). The compiled loss is not a plan field
+        # yet: the same plan, its case marked.
+        case = dataclasses.replace(training_case(workload, plan.gpu, framework), compiled_loss=row["compiled_loss"] == "true",
+                                   loss_chunks=1)
         values = {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, check_plan(case, plan)).items()}
     return states_total(values) / GIB
 

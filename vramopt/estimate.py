@@ -43,6 +43,8 @@ def training_case(workload: TrainingWorkload, gpu_name: str, framework: str = "g
         trainable = adapter_parameters(model, workload.lora_rank, tuple(workload.lora_targets)) / model.params_total
         frozen = frozen_bytes_per_parameter(model, workload.kind)
         overhead = coefficient("qlora_dequantization_overhead") if workload.kind == "qlora" else 0.0
+    from vramopt.frameworks import load_framework
+
     return TrainingCase(
         model=model,
         gpu=load_gpu(gpu_name),
@@ -53,6 +55,7 @@ def training_case(workload: TrainingWorkload, gpu_name: str, framework: str = "g
         frozen_bytes_per_param=frozen,
         compute_overhead_fraction=overhead,
         framework=framework,
+        loss_chunks=load_framework(framework).loss_chunks,
     )
 
 

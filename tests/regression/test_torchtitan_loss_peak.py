@@ -29,10 +29,10 @@ from vramopt.types import TrainingPlan, TrainingWorkload
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _values(framework="torchtitan", model="llama-3.1-8b", gpus=8, micro_batch=2, compiled_loss=False, **plan):
+def _values(framework="torchtitan", model="llama-3.1-8b", gpus=8, micro_batch=2, compiled_loss=False, loss_chunks=1, **plan):
     plan = TrainingPlan(gpu="h100", gpus=gpus, zero_stage=3, micro_batch=micro_batch, grad_comm_precision="fp32", **plan)
     workload = TrainingWorkload(model=model, seq_len=8192, global_batch=gpus // plan.tensor_parallel * micro_batch)
-    case = dataclasses.replace(training_case(workload, "h100", framework), compiled_loss=compiled_loss)
+    case = dataclasses.replace(training_case(workload, "h100", framework), compiled_loss=compiled_loss, loss_chunks=loss_chunks)
     return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, check_plan(case, plan)).items()}
 
 

@@ -110,6 +110,10 @@ class TrainingCase:
     compiled_loss: bool = False
     """The cross-entropy is compiled (torchtitan ``compile.components`` with "loss"): it keeps the
     bf16 logits and their gradient instead of the eager fp32 buffers (frameworks/torchtitan_activations.py)."""
+    loss_chunks: int = 1
+    """The output projection and loss run over this many sequence chunks, each chunk's backward
+    inside the forward (torchtitan 0.3.0 ``ChunkedLossWrapper``, 8 in its Llama 3 and DeepSeek-V3
+    configs; 1 for the runs before it, whose loss saw the whole micro-batch's logits at once)."""
 
 
 def micro_batches_per_step(case: TrainingCase, columns: PlanColumns) -> np.ndarray:
@@ -140,7 +144,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         from vramopt.frameworks.torchtitan_activations import torchtitan_activation_terms
 
         memory.update(torchtitan_activation_terms(model, columns, rank_tokens, in_flight_micro_batches(columns, micro_batches),
-                                                  micro_batches, memory, compiled_loss=case.compiled_loss))
+                                                  micro_batches, memory, compiled_loss=case.compiled_loss,
+                                                  loss_chunks=case.loss_chunks))
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)

@@ -80,6 +80,9 @@ class Framework:
     description: str
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = ()
+    loss_chunks: int = 1
+    """Sequence chunks the loss is computed in (torchtitan 0.3.0's ``ChunkedLossWrapper``): the
+    logits of one chunk at a time, its backward run inside the forward (costs' ``TrainingCase``)."""
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:

@@ -92,5 +92,8 @@ TORCHTITAN = Framework(
     version=VERSION,
     description="FSDP2 (ZeRO-2/3) or DDP, TP with sequence parallelism, PP schedules with virtual stages, CP, float8, full/selective AC",
     rules=RULES,
-    sources=(CONFIGS, f"torchtitan {VERSION} distributed/parallel_dims.py"),
+    sources=(CONFIGS, f"torchtitan {VERSION} distributed/parallel_dims.py",
+             f"torchtitan {VERSION} models/llama3/config_registry.py, models/deepseek_v3/config_registry.py "
+             "(loss=ChunkedLossWrapper.Config(...), num_chunks 8 in components/loss.py)"),
+    loss_chunks=8,
 )

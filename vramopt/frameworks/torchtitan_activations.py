@@ -62,6 +62,15 @@ group: ``models/common/decoder_sharding.py``; ``"output": ColwiseParallel(input_
 Shard(1))`` at 9dec370): 2 T h, and the final norm its input, 2 T h (/t under sequence
 parallelism).
 
+Release 0.3.0 wraps that loss in ``ChunkedLossWrapper`` (``components/loss.py``; the ``loss`` of
+the Llama 3 and DeepSeek-V3 configs, ``num_chunks`` 8): the output projection and the loss run
+over 8 sequence chunks, each chunk's backward inside the forward, so one chunk's buffers are
+live at a time, its bf16 logits beside them (the 2 B per logit that the unchunked loss leaves
+reserved); beside them the fp32 gradient accumulator of the projection's input, the chunks'
+contiguous copies, and under FSDP the projection's unsharded gradient summed over the chunks
+(``chunked_loss_extra_bytes``; tests/regression/test_torchtitan_chunked_loss.py measures the
+wrapper). The published runs predate it and keep one chunk (``TrainingCase.loss_chunks``).
+
 Full checkpointing (``FullAC``) keeps each block's input, 2 T h (/t under sequence
 parallelism). Models with experts or latent attention (other block layouts, the router's
 forced recomputation) keep vramopt's generic activation count.
@@ -96,6 +105,8 @@ FREED_LOGITS_BYTES_PER_LOGIT = 2.0
 """The bf16 logits' range, freed before the backward and left reserved beside its peak."""
 COMPILED_LOSS_BYTES_PER_LOGIT = 4.0
 """A compiled loss: the saved bf16 logits and their bf16 gradient."""
+GRADIENT_ACCUMULATOR_BYTES = 4.0
+"""``ChunkedLossWrapper``'s ``GradAccumulator(..., dtype=torch.float32)`` (components/loss.py)."""
 
 
 def applies(model: ModelSpec) -> bool:
@@ -147,7 +158,7 @@ def block_input_bytes(model: ModelSpec, tokens, tensor_parallel, sequence_parall
 
 def torchtitan_activation_terms(model: ModelSpec, columns: PlanColumns, rank_tokens, in_flight: np.ndarray,
                                 micro_batches: np.ndarray, generic: dict[str, np.ndarray],
-                                compiled_loss: bool = False) -> dict[str, np.ndarray]:
+                                compiled_loss: bool = False, loss_chunks: int = 1) -> dict[str, np.ndarray]:
     """``activations_bytes`` and ``logits_bytes`` per GPU as torchtitan keeps them (the generic
     activations where the per-op rule does not apply: no checkpointing, every:k > 1, MoE/MLA),
     with the output projection's kept input; ``logits_bytes`` is the loss's reserved peak."""
@@ -169,8 +180,26 @@ def torchtitan_activation_terms(model: ModelSpec, columns: PlanColumns, rank_tok
     activations = np.where(selective | full, (stored_most + working) * scale, generic["activations_bytes"])
     # The output projection's and final norm's inputs are kept whatever the blocks' checkpointing.
     activations = activations + head_input_bytes(model, tokens, t, sp) * scale
-    logits = loss_bytes_per_logit(t, compiled_loss) * tokens * model.vocab_size / t
+    logits = loss_bytes_per_logit(t, compiled_loss) * tokens / loss_chunks * model.vocab_size / t
+    if loss_chunks > 1:
+        logits = logits + chunked_loss_extra_bytes(model, columns, tokens)
     return {"activations_bytes": activations, "logits_bytes": logits}
+
+
+def chunked_loss_extra_bytes(model: ModelSpec, columns: PlanColumns, tokens) -> np.ndarray:
+    """What ``ChunkedLossWrapper`` (components/loss.py) holds beside one chunk's loss buffers:
+    the fp32 gradient of the whole output-projection input (its ``GradAccumulator``, the full
+    hidden width on every tp rank: the chunks enter the projection replicated); with more than
+    one sequence per micro-batch, the chunks' contiguous copies, made all at once before the loop
+    (``c.contiguous()`` of a split along the sequence); and under FSDP (ZeRO 2-3) the output
+    projection's unsharded bf16 gradient summed over the earlier chunks, kept outside the sharded
+    gradients (``set_requires_gradient_sync(False)`` until the last chunk). Without FSDP that
+    sum is the gradient already counted."""
+    tokens = np.asarray(tokens, dtype=float)
+    accumulator = GRADIENT_ACCUMULATOR_BYTES * tokens * model.hidden_size
+    copies = np.where(columns.micro_batch > 1, HALF_BYTES * tokens * model.hidden_size, 0.0)
+    head_gradient = np.where(columns.zero_stage >= 2, HALF_BYTES * model.vocab_size * model.hidden_size / columns.tensor_parallel, 0.0)
+    return accumulator + copies + head_gradient
 
 
 def loss_bytes_per_logit(tensor_parallel, compiled_loss: bool = False) -> np.ndarray:
