@@ -55,7 +55,7 @@ def training_case(workload: TrainingWorkload, gpu_name: str, framework: str = "g
         frozen_bytes_per_param=frozen,
         compute_overhead_fraction=overhead,
         framework=framework,
-        loss_chunks=load_framework(framework).loss_chunks,
+        **dict(load_framework(framework).case_options),
     )
 
 

@@ -25,19 +25,22 @@ H, V = 4096, 128256
 
 
 def _logits_bytes(framework="torchtitan", micro_batch=2, zero_stage=3, **replace):
+    """The eager loss unless ``compiled_loss`` is given (the export compiles it)."""
     plan = TrainingPlan(gpu="h100", gpus=8, zero_stage=zero_stage, micro_batch=micro_batch, checkpointing="selective",
                         grad_comm_precision="fp32")
     workload = TrainingWorkload(model="llama-3.1-8b", seq_len=8192, global_batch=8 * micro_batch)
-    case = dataclasses.replace(training_case(workload, "h100", framework), **replace)
+    case = dataclasses.replace(training_case(workload, "h100", framework), **{"compiled_loss": False, **replace})
     return float(np.asarray(evaluate_training(case, check_plan(case, plan))["logits_bytes"]).reshape(-1)[0])
 
 
 def test_torchtitan_framework_chunks_the_loss_in_eight():
-    """Issue 15 item 1: the user's ``--framework torchtitan`` case takes 0.3.0's chunk count; the
-    other frameworks' losses see the whole micro-batch."""
+    """Issue 15 item 1: the user's ``--framework torchtitan`` case takes 0.3.0's chunk count and the
+    compiled loss its export asks for; the other frameworks' losses see the whole micro-batch."""
     workload = TrainingWorkload(model="llama-3.1-8b")
-    assert training_case(workload, "h100", "torchtitan").loss_chunks == 8
-    assert {training_case(workload, "h100", name).loss_chunks for name in ("generic", "megatron", "deepspeed")} == {1}
+    case = training_case(workload, "h100", "torchtitan")
+    assert (case.loss_chunks, case.compiled_loss) == (8, True)
+    assert {(training_case(workload, "h100", name).loss_chunks, training_case(workload, "h100", name).compiled_loss)
+            for name in ("generic", "megatron", "deepspeed")} == {(1, False)}
 
 
 def test_chunked_loss_bytes_of_the_8b_plan_by_hand():
@@ -51,6 +54,8 @@ def test_chunked_loss_bytes_of_the_8b_plan_by_hand():
     assert _logits_bytes(micro_batch=1) == 14 * 1024 * V + 4 * 8192 * H + 2 * V * H
     assert _logits_bytes(zero_stage=1) == 14 * 2048 * V + 4 * 16384 * H + 2 * 16384 * H  # the gradient is counted already
     assert _logits_bytes(loss_chunks=1) == 29_418_848_256
+    # compiled (what --export torchtitan runs): 4 B per chunk logit, the bf16 logits and their gradient
+    assert _logits_bytes(compiled_loss=True) == 4 * 2048 * V + 4 * 16384 * H + 2 * 16384 * H + 2 * V * H
 
 
 def _measured_peak(num_chunks, batch, seq, vocab=8192, hidden=64):
@@ -90,7 +95,7 @@ def test_chunked_loss_peak_measured_on_torchtitan_wrapper(batch, seq):
     expected = (rule.LOSS_BYTES_PER_LOGIT + rule.FREED_LOGITS_BYTES_PER_LOGIT) * tokens / chunks * vocab \
         + rule.GRADIENT_ACCUMULATOR_BYTES * tokens * hidden + (2 * tokens * hidden if batch > 1 else 0) + 2 * vocab * hidden
     assert _measured_peak(chunks, batch, seq, vocab, hidden) == pytest.approx(expected, abs=8192)  # scalars, the loss's statistics
-    assert load_framework("torchtitan").loss_chunks == chunks
+    assert dict(load_framework("torchtitan").case_options)["loss_chunks"] == chunks
 
 
 def test_framework_chunk_count_is_the_configs():
@@ -98,4 +103,4 @@ def test_framework_chunk_count_is_the_configs():
     pytest.importorskip("torch")
     registry = pytest.importorskip("torchtitan.models.llama3.config_registry")
     for config in (registry.llama3_8b(), registry.llama3_70b()):
-        assert config.loss.num_chunks == load_framework("torchtitan").loss_chunks
+        assert config.loss.num_chunks == dict(load_framework("torchtitan").case_options)["loss_chunks"]

@@ -72,15 +72,15 @@ def test_activation_and_loss_bytes_of_the_8b_fsdp_plan_by_hand():
     its full set (Korthikanti et al. 2022 with flash attention: (10 + 4 + 1 + 6 x 14,336 /
     4,096) = 36 B per token and unit of h, 36 x 16,384 x 4,096 = 2,415,919,104 B) less its kept
     part: 35,831,939,072 B, and the output projection's and final norm's inputs, 2 x 2 x 16,384
-    x 4,096 = 268,435,456 B. The loss, in 0.3.0's 8 chunks (tests/regression/
-    test_torchtitan_chunked_loss.py): three fp32 copies of one chunk's 2,048 x 128,256 logits and
-    its bf16 logits, 14 B each, the fp32 accumulator 4 x 16,384 x 4,096, the chunks' copies 2 x
-    16,384 x 4,096 and the unsharded output-projection gradient 2 x 128,256 x 4,096:
-    5,130,682,368 B. The generic accounting keeps Korthikanti's selective count
+    x 4,096 = 268,435,456 B. The loss, compiled (as --export torchtitan runs it) in 0.3.0's 8
+    chunks (tests/regression/test_torchtitan_chunked_loss.py): one chunk's 2,048 x 128,256 bf16
+    logits and their bf16 gradient, 4 B each, the fp32 accumulator 4 x 16,384 x 4,096, the
+    chunks' copies 2 x 16,384 x 4,096 and the unsharded output-projection gradient 2 x 128,256 x
+    4,096: 2,503,999,488 B. The generic accounting keeps Korthikanti's selective count
     (32 x 2,415,919,104) and one fp32 copy of the logits."""
     torchtitan, generic = _values("torchtitan"), _values("generic")
     assert torchtitan["activations_bytes"] == 35_831_939_072 + 268_435_456
-    assert torchtitan["logits_bytes"] == 5_130_682_368
+    assert torchtitan["logits_bytes"] == 2_503_999_488
     assert generic["activations_bytes"] == 32 * 2_415_919_104
     assert generic["logits_bytes"] == 4 * 16384 * 128256
 
@@ -90,8 +90,8 @@ def test_full_checkpointing_keeps_the_sequence_sharded_block_input():
     sharded on the sequence: Llama 3.1 70B, 16 x 8,192 tokens: 80 x 2 x 131,072 x 8,192 / 8 B,
     plus one block recomputed (Korthikanti: (10 + 4 + 0.5 + 6 x 28,672 / 8,192) / 8 x 131,072 x
     8,192 B), and the output projection's all-gathered input (2 x 131,072 x 8,192 B) and the final
-    norm's sharded one. The loss-parallel cross-entropy holds 18 B per local logit of one of the
-    8 chunks (16,384 x 16,032): 16 at its backward's peak and the chunk's bf16 logits; beside it
+    norm's sharded one. The compiled loss holds 4 B per local logit of one of the 8 chunks
+    (16,384 x 16,032): the chunk's bf16 logits and their gradient; beside it
     the fp32 accumulator of the replicated projection input (4 x 131,072 x 8,192), the chunks'
     copies (2 x 131,072 x 8,192) and the unsharded projection gradient (2 x 128,256 x 8,192 / 8)."""
     values = _values("torchtitan", gpus=256, checkpointing="every:1", micro_batch=16, model="llama-3.1-70b",
@@ -99,7 +99,7 @@ def test_full_checkpointing_keeps_the_sequence_sharded_block_input():
     tokens = 16 * 8192
     blocks = 80 * 2 * tokens * 8192 / 8 + (10 + 4 + 0.5 + 21) / 8 * tokens * 8192
     assert values["activations_bytes"] == pytest.approx(blocks + 2 * tokens * 8192 + 2 * tokens * 8192 / 8, rel=1e-12)
-    assert values["logits_bytes"] == 18 * tokens / 8 * 128256 / 8 + 6 * tokens * 8192 + 2 * 128256 * 8192 / 8
+    assert values["logits_bytes"] == 4 * tokens / 8 * 128256 / 8 + 6 * tokens * 8192 + 2 * 128256 * 8192 / 8
 
 
 def test_fsdp2_unsharded_buffers():

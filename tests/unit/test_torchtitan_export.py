@@ -4,6 +4,7 @@ where torchtitan installs (the 'frameworks' extra); the checks that need no torc
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -73,9 +74,23 @@ def test_torchtitans_config_manager_accepts_the_arguments(name):
     # ZeRO-3 runs under torchtitan's 'default' resharding policy, the one its memory rule counts.
     if plan.zero_stage >= 2:
         assert parallelism.fsdp_reshard_after_forward == ("default" if plan.zero_stage == 3 else "never")
+    # Compiled model and loss, as the time model's fused kernels and the compiled loss assume; no async TP.
+    assert config.compile.enable and set(config.compile.components) == {"model", "loss"}
+    assert not config.compile.enable_async_tensor_parallel
     expected_ac = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}[plan.checkpointing]
     assert expected_ac in type(config.activation_checkpoint).__qualname__ or (
         expected_ac == "NoneType" and "None" in type(config.activation_checkpoint).__qualname__)
+
+
+def test_a_bf16_plan_on_the_float8_405b_config_says_so():
+    """Issue 15 item 2: llama3_405b's config function converts its linears to float8 (a model
+    converter, not an override), so a bf16 plan's export says the run needs another config."""
+    workload, plan = PLANS["tt24-405b-fsdp8-tp8-pp8-uneven"]
+    bf16 = dataclasses.replace(plan, precision="bf16")
+    notes = torchtitan_args(estimate_training(workload, bf16, framework="torchtitan").to_dict()).notes
+    assert any("llama3_405b converts every linear but lm_head to float8" in note for note in notes)
+    _, fp8 = _export("tt24-405b-fsdp8-tp8-pp8-uneven")
+    assert not any("float8" in note and "precision" in note for note in fp8.notes)
 
 
 def test_a_model_without_a_torchtitan_config_is_refused():

@@ -116,9 +116,14 @@ def _megatron_communication(draft: ExportDraft) -> list[str]:
 def _torchtitan_precision(draft: ExportDraft) -> list[str]:
     precision = draft.plan["precision"]
     draft.argument("--training.mixed_precision_param", "float32" if precision == "fp32" else "bfloat16")
+    config = draft.model["config"]
+    if draft.model.get("float8_config"):
+        if precision == "fp8":
+            return []
+        return [f"precision {precision}: {config} converts every linear but lm_head to float8 (a model converter of the "
+                f"config function, not an override); a {precision} run needs a config function without it"]
     if precision not in ("fp8", "fp4"):
         return []
-    config = draft.model["config"]
     return [f"precision {precision}: torchtitan's float8/NVFP4 linears are model converters set in a config_registry "
             f"function (as {config}'s _mxfp8/_nvfp4 variants do); {config} itself trains in bf16"]
 

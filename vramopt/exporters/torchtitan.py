@@ -36,6 +36,17 @@ CONFIGS = {
 """vramopt catalog model -> (module, config function) of torchtitan 0.3.0
 (models/llama3/config_registry.py, models/deepseek_v3/config_registry.py)."""
 
+FLOAT8_CONFIGS = frozenset({"llama3_405b"})
+"""Config functions whose model spec converts the linears (all but ``lm_head``) to float8
+(``Float8LinearConverter``, models/llama3/config_registry.py ``llama3_405b``); a model
+converter is not a command-line override."""
+
+COMPILE_ARGUMENTS = {"--compile.enable": [], "--compile.no-enable-async-tensor-parallel": []}
+"""torch.compile of the model and the loss (``CompileConfig.components`` defaults to both), as
+vramopt's time model (fused kernels) and ``--framework torchtitan``'s compiled loss assume; async
+TP off, since the plan's step time counts the tensor-parallel collectives exposed
+(``llama3_405b`` turns it on)."""
+
 
 class TorchtitanExport(ExportResult):
     """torchtitan overrides (``content['arguments']``) and the launch line (``content['launch']``)."""
@@ -54,7 +65,7 @@ ARGUMENT_ORDER = (
     "--parallelism.pipeline_parallel_first_stage_less_layers", "--parallelism.pipeline_parallel_last_stage_less_layers",
     "--parallelism.pipeline_parallel_microbatch_size", "--training.disable_cuda_graphs",
     "--training.local_batch_size", "--training.global_batch_size", "--training.seq_len",
-    "--training.mixed_precision_param",
+    "--training.mixed_precision_param", "--compile.enable", "--compile.no-enable-async-tensor-parallel",
     "activation-checkpoint:none", "activation-checkpoint:full", "activation-checkpoint:selective",
 )
 """The order the overrides are written in: each technique's torchtitan export
@@ -81,9 +92,10 @@ def torchtitan_args(response: Mapping[str, Any]) -> TorchtitanExport:
     notes = fit_notes(response)
     gpus = plan["gpus"]
     content: dict[str, Any] = {"arguments": {"--training.global_batch_size": [str(plan["global_batch"])],
-                                             "--training.seq_len": [str(plan["seq_len"])]}}
+                                             "--training.seq_len": [str(plan["seq_len"])], **COMPILE_ARGUMENTS}}
     # Each technique writes its own overrides and notes (its Contribution's torchtitan export), in plan order.
-    draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config, "module": module},
+    draft = ExportDraft(plan=plan, model={**model, "layers": required(model, "layers", "model"), "config": config, "module": module,
+                                          "float8_config": config in FLOAT8_CONFIGS},
                         content=content, setting=no_setting_table("torchtitan"))
     notes.extend(technique_export_notes("torchtitan", draft))
     arguments = ["--module", module, "--config", config] + ordered_arguments(content["arguments"], ARGUMENT_ORDER)

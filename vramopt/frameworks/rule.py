@@ -16,7 +16,7 @@ same space; ``estimate`` refuses a plan that breaks a rule, naming the rule and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,9 +80,10 @@ class Framework:
     description: str
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = ()
-    loss_chunks: int = 1
-    """Sequence chunks the loss is computed in (torchtitan 0.3.0's ``ChunkedLossWrapper``): the
-    logits of one chunk at a time, its backward run inside the forward (costs' ``TrainingCase``)."""
+    case_options: tuple[tuple[str, Any], ...] = ()
+    """``TrainingCase`` fields the framework's runtime sets for the plans it exports (torchtitan
+    0.3.0: the loss in 8 chunks, compiled), as (field, value) pairs; the published runs that
+    calibrate the model set their own."""
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:

@@ -95,5 +95,7 @@ TORCHTITAN = Framework(
     sources=(CONFIGS, f"torchtitan {VERSION} distributed/parallel_dims.py",
              f"torchtitan {VERSION} models/llama3/config_registry.py, models/deepseek_v3/config_registry.py "
              "(loss=ChunkedLossWrapper.Config(...), num_chunks 8 in components/loss.py)"),
-    loss_chunks=8,
+    # The configs chunk the loss in 8; --export torchtitan writes --compile.enable (model and loss:
+    # config/configs.py CompileConfig.components), which the fused-kernel time model assumes.
+    case_options=(("loss_chunks", 8), ("compiled_loss", True)),
 )
