@@ -79,6 +79,10 @@ def test_the_arguments_parse_with_megatrons_parser(name):
     assert parsed.context_parallel_size == plan.context_parallel
     assert parsed.micro_batch_size == plan.micro_batch and parsed.global_batch_size == workload.global_batch
     assert parsed.use_distributed_optimizer == (plan.zero_stage == 1)
+    # The step time overlaps the data-parallel reduction with the backward: Megatron does so only
+    # with --overlap-grad-reduce (off by default), which a plan with dp > 1 must ask for.
+    data_parallel = estimate_training(workload, plan, framework="megatron").to_dict()["plan"]["data_parallel"]
+    assert parsed.overlap_grad_reduce == (data_parallel > 1)
     assert shlex.split(result.content["launch"])[:5] == ["torchrun", "--nnodes", str(max(1, plan.gpus // 8)), "--nproc-per-node",
                                                          str(min(plan.gpus, 8))]
     if "MEGATRON_LM" in os.environ:  # the real parser of a checkout at the release

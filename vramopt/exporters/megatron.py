@@ -43,7 +43,7 @@ ARGUMENT_ORDER = (
     "--optimizer", "--use-distributed-optimizer", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
     "--optimizer-offload-fraction",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
-    "--attention-backend",
+    "--attention-backend", "--overlap-grad-reduce",
 )
 """The order the arguments are written in: each technique's Megatron export
 (``Contribution.exports['megatron']``) writes its own, in any order; a flag not listed here
@@ -73,6 +73,11 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     notes = fit_notes(response)
     model_arguments, experts = _model_arguments(model, checked, notes)
     content: dict[str, Any] = {"arguments": {"--global-batch-size": [str(checked["global_batch"])]}}
+    if int(checked.get("data_parallel", 1)) > 1:
+        # The step time overlaps the gradient reduction with the backward in buckets
+        # (TrainingCase.data_parallel_overlap, costs/overlap.py), which Megatron-Core does only
+        # with --overlap-grad-reduce (store_true in megatron/training/arguments.py).
+        content["arguments"]["--overlap-grad-reduce"] = []
     # Each technique writes its own arguments and notes (its Contribution's Megatron export), in plan order.
     draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=no_setting_table("Megatron"))
     notes.extend(technique_export_notes("megatron", draft))
