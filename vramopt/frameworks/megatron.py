@@ -56,4 +56,7 @@ MEGATRON = Framework(
     description="TP/SP/CP/PP with virtual stages, distributed optimizer (ZeRO-1), optimizer CPU offload, recompute, fp8/fp4 via TE",
     rules=RULES,
     sources=(ARGUMENTS, f"Megatron-LM {VERSION} megatron/core/distributed/param_and_grad_buffer.py (fp32 main gradients)"),
+    # overlap_p2p_comm is on unless --no-overlap-p2p-communication (store_false in arguments.py):
+    # the interleaved schedule's transfers run under the next chunk's compute (costs/pipeline_p2p.py).
+    case_options=(("pipeline_p2p_overlap", True),),
 )
