@@ -75,6 +75,9 @@ class PerStageAnswer:
     step_s: float
     tokens_per_s: float
     layout: dict
+    plan: object = None
+    """The chosen layout and shared choices as a ``TrainingPlan`` (its checkpointing the first
+    stage's where the uniform domain has it, else none: the stages carry their own)."""
 
     def to_dict(self) -> dict:
         return {
@@ -288,7 +291,21 @@ def _answer(problem: Problem, base: _Base, candidates: tuple[int, ...]) -> PerSt
     layout["gpu"] = problem.gpus[int(problem.keys["gpu_index"][key])].name
     layout.update(problem.state.values[base.state_item])
     return PerStageAnswer(key=key, state_item=base.state_item, shared=dict(base.shared), stages=tuple(stages), step_s=step_s,
-                          tokens_per_s=problem.workload.global_batch * problem.workload.seq_len / step_s, layout=layout)
+                          tokens_per_s=problem.workload.global_batch * problem.workload.seq_len / step_s, layout=layout,
+                          plan=_decoded_plan(problem, base, stages[0].checkpointing))
+
+
+def _decoded_plan(problem: Problem, base: _Base, first: str):
+    """The base's plan, decoded as the uniform solver decodes its choice."""
+    from vramopt.optimizer.decode import decode_choice
+    from vramopt.optimizer.oracle import Choice
+
+    shared = dict(base.shared)
+    items = [index for index, item in enumerate(problem.activation.values) if problem.activation.valid[base.key, index]
+             and all(item.get(field) == value for field, value in shared.items())]
+    named = {problem.activation.values[index]["checkpointing"]: index for index in items}
+    item = named.get(first, named.get("none", items[0]))
+    return decode_choice(problem, Choice(key=base.key, state_item=base.state_item, activation_item=item, objective=()))
 
 
 def _infeasible_reason(problem: Problem, bases: list[_Base]) -> str:
