@@ -142,6 +142,8 @@ def estimate(output_format: str, framework: str | None, stage_checkpointing: str
     workload = build_workload(options)
     if stage_checkpointing is not None and (disaggregated is not None or isinstance(workload, ServingWorkload)):
         raise click.UsageError("--stage-checkpointing applies to training plans with pipeline stages")
+    if stage_checkpointing is not None and output_format == "csv":
+        raise click.UsageError("--stage-checkpointing has no CSV view (one row cannot hold the stages); use --format json or table")
     if disaggregated is not None:
         if not given("quantization"):  # a quantized checkpoint is served in its own format
             disaggregated = replace(disaggregated, quantization=checkpoint_format(load_model(workload.model)) or disaggregated.quantization)
@@ -248,6 +250,8 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         workload, engine, per_stage = build_workload(options), options["engine"], options["per_stage"]
     if per_stage and engine != "cp-sat":
         raise click.UsageError("--per-stage is searched by CP-SAT; the exhaustive engine is the oracle over uniform plans")
+    if per_stage and output_format == "csv":
+        raise click.UsageError("--per-stage has no CSV view (one row cannot hold the stages); use --format json or table")
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
     if per_stage:

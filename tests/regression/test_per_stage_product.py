@@ -101,10 +101,12 @@ def _plan_of(plan: TrainingPlan) -> dict:
     ("none,sometimes,none,none", "'sometimes' is not one of none, selective"),
     ("block:21,none,none,none", "stage 0 checkpointing block:21: the stage has 20 layers"),
     ("none,,none,none", "one value per pipeline stage"),
+    ("none,none,none,none --format csv", "no CSV view"),
 ])
 def test_bad_stage_checkpointing_is_one_line(value, message):
     """issue 18 item 1: a malformed per-stage request is one error line and exit status 2."""
-    result = invoke(["estimate", *LLAMA_ARGS, "--stage-checkpointing", value])
+    value, *extra = value.split(" ")
+    result = invoke(["estimate", *LLAMA_ARGS, "--stage-checkpointing", value, *extra])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1
 
@@ -131,7 +133,7 @@ def test_solve_per_stage_adds_the_optimum_and_leaves_the_uniform_answer():
 def test_solve_per_stage_refuses_what_it_does_not_search():
     """issue 18 item 1: --per-stage with the exhaustive engine or a non-throughput objective is refused, not ignored."""
     base = ["solve", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-gpus", "8", "--per-stage"]
-    for extra, message in ((["--engine", "exhaustive"], "searched by CP-SAT"),
+    for extra, message in ((["--engine", "exhaustive"], "searched by CP-SAT"), (["--format", "csv"], "no CSV view"),
                            (["--objective", "per-gpu"], "does not apply to objective per-gpu")):
         result = invoke([*base, *extra])
         assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr
