@@ -39,13 +39,13 @@ from vramopt.estimate import training_case
 from vramopt.optimizer.problem import Problem, build_problem, neutral_codes
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.optimizer.prune import pareto_front
-from vramopt.optimizer.stage_model import StageBase, solve_stages, tightest_stage
+from vramopt.optimizer.stage_model import StageBase, solve_stages
 from vramopt.optimizer.tables import KEY_COLUMNS
 from vramopt.units import BYTES_PER_MIB
 
-MAX_STAGE_LITERALS = 2_000_000
-"""Most (base, stage, candidate) rows a per-stage search tables; a larger space is refused
-with a hint to pin the layout."""
+MAX_STAGE_LITERALS = 20_000_000
+"""Most (base, stage, candidate) rows a per-stage search tables before its bound closes; a
+search that needs more is refused with a hint to pin the layout."""
 
 MEGATRON_NOTE = ("Megatron-LM cannot run a per-stage choice: Megatron-Core 0.16.1 TransformerConfig.recompute_num_layers "
                  "(--recompute-method block --recompute-num-layers N) recomputes the same N layers 'within each pipeline "
@@ -110,19 +110,136 @@ def per_stage_search(workload, space, time_limit_s: float = 10.0, same_on_every_
     """The fastest plan whose stages checkpoint each as they need (see the module docstring).
     With ``same_on_every_stage`` every stage takes the same candidate (block:N included: what
     Megatron-LM's --recompute-method block --recompute-num-layers N runs), the comparison that
-    separates the per-stage choice from the finer block granularity."""
+    separates the per-stage choice from the finer block granularity.
+
+    Every base's exact bound is computed in bulk, over all its model-state items at once
+    (``_group_bounds``), and only the bases that reach the least are built and handed to
+    CP-SAT, in their enumeration order, so its tie-breaks are those of the whole list."""
     problem = build_problem(workload, space)
     if problem.kind != "train":
         raise InputError("per-stage checkpointing applies to training plans")
-    bases = _bases(problem)
+    groups, bounds = _best_first(problem, same_on_every_stage)
+    least = min((int(bound.min()) for bound in bounds if bound.size), default=UNUSABLE)
+    if least >= UNUSABLE:
+        raise InfeasibleError(_infeasible_reason(problem, groups))
+    usable = [base for group, bound in zip(groups, bounds) for base in _group_bases(problem, group, group.state_items[bound == least])]
     if same_on_every_stage:
-        bases = [_alike(base) for base in bases]
-    usable = [base for base in bases if (base.stage.valid & (base.stage.memory_mib <= base.stage.budget_mib)).any(axis=1).all()]
-    if not usable:
-        raise InfeasibleError(_infeasible_reason(problem, bases))
+        usable = [_alike(base) for base in usable]
     choice = solve_stages([base.stage for base in usable], time_limit_s=time_limit_s)
     candidates = choice.candidates * len(usable[choice.base].in_flight) if same_on_every_stage else choice.candidates
     return _answer(problem, _unalike(usable[choice.base]) if same_on_every_stage else usable[choice.base], candidates)
+
+
+FIRST_BATCH_KEYS = 32
+"""Keys whose stage terms the best-first search computes first; each later batch is twice as large."""
+
+
+def _state_front(problem: Problem) -> np.ndarray:
+    return pareto_front(problem.state, np.arange(problem.key_count))
+
+
+def key_lower_bounds(problem: Problem, front: np.ndarray | None = None) -> np.ndarray:
+    """Per key, a lower bound of every base's per-stage step in ticks, from the uniform tables
+    alone: its fastest state item on the front plus its fastest activation item, less one tick
+    of rounding (a state item counts where the first stage can fit: see below). Valid because recomputation never makes a stage faster (a stage's time with
+    any candidate is at least its time without checkpointing; tested on real spaces), so a
+    per-stage step is at least the slowest stage's time without checkpointing, the uniform
+    figure of 'none', which is at least the fastest uniform activation item's."""
+    front = (_state_front(problem) if front is None else front) & problem.state.valid
+    activation_valid = problem.activation.valid
+    activation = np.where(activation_valid, problem.activation.time_ticks, UNUSABLE).min(axis=1).astype(np.int64)
+    # With even stages the first is the heaviest for every candidate (it holds the most
+    # micro-batches, the same layers), its memory the uniform table's, and no block:N is
+    # leaner than every:1: so a state item none of whose activation items fits leaves the
+    # first stage without a candidate. Uneven stages keep the time bound alone.
+    leanest = np.where(activation_valid, problem.activation.memory_mib, UNUSABLE).min(axis=1).astype(np.int64)
+    even = (problem.keys["first_stage_layers"] == 0) & (problem.keys["last_stage_layers"] == 0)
+    state_mib = problem.state.memory_mib.astype(np.int64)
+    fits = ~even[:, None] | (state_mib + np.minimum(leanest, UNUSABLE // 2)[:, None] - 1 <= problem.budget_mib.astype(np.int64)[:, None])
+    state = np.where(front & fits, problem.state.time_ticks, UNUSABLE).min(axis=1).astype(np.int64)
+    usable = (state < UNUSABLE) & (activation < UNUSABLE)
+    return np.where(usable, state + np.where(usable, activation, 0) - 1, UNUSABLE)
+
+
+def _best_first(problem: Problem, alike: bool) -> tuple[list["_Group"], list[np.ndarray]]:
+    """The groups (and their bases' exact bounds) of every key whose lower bound
+    (``key_lower_bounds``) does not exceed the best exact bound found, visited in the order of
+    their lower bounds in batches; the rest cannot hold a base that reaches the optimum, so
+    the least bound and all its ties are among those returned (in enumeration order)."""
+    front = _state_front(problem)
+    lower = key_lower_bounds(problem, front)
+    order = np.argsort(lower, kind="stable")
+    order = order[lower[order] < UNUSABLE]
+    found: list[tuple[_Group, np.ndarray]] = []
+    best, start, size, rows = UNUSABLE, 0, FIRST_BATCH_KEYS, 0
+    while start < order.size and lower[order[start]] <= best:
+        batch = order[start:start + size]
+        batch = batch[lower[batch] <= best]
+        for group in _groups(problem, batch, front):
+            bound = _group_bounds(problem, group, alike)
+            rows += group.seconds.size * group.state_items.size
+            found.append((group, bound))
+            if bound.size:
+                best = min(best, int(bound.min()))
+        if rows > MAX_STAGE_LITERALS:
+            raise InputError(f"the per-stage search tabled {rows:,} stage candidates without closing its bound, more than "
+                             f"{MAX_STAGE_LITERALS:,}; pin the layout (--pin tensor_parallel=.. --pin pipeline_parallel=.. --pin gpus=..)")
+        start, size = start + size, size * 2
+    if best >= UNUSABLE:  # nothing fits: every key's groups, for the reason that names the closest stage
+        done = {group.key for group, _ in found}
+        rest = np.array([key for key in range(problem.key_count) if key not in done], dtype=np.int64)
+        found += [(group, _group_bounds(problem, group, alike)) for group in (_groups(problem, rest, front) if rest.size else [])]
+    found.sort(key=lambda entry: entry[0].key)  # stable: a key's groups keep their order
+    return [group for group, _ in found], [bound for _, bound in found]
+
+
+UNUSABLE = np.iinfo(np.int64).max
+"""The bound of a base some stage of which has no candidate that fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """One key and one combination of the shared activation choices: each stage's candidates
+    (seconds and bytes before the model state's), for every model-state item on the key's front."""
+    key: int
+    shared: tuple
+    names: tuple[str, ...]
+    seconds: np.ndarray
+    memory_bytes: np.ndarray
+    in_flight: np.ndarray
+    state_items: np.ndarray
+
+
+def _group_ticks(problem: Problem, group: _Group) -> tuple[np.ndarray, np.ndarray]:
+    """(time ticks, memory MiB) of shape (state items, stages, candidates): as ``StageBase`` holds them."""
+    state_ticks = problem.state.time_ticks[group.key, group.state_items].astype(np.int64)[:, None, None]
+    state_mib = problem.state.memory_mib[group.key, group.state_items].astype(np.int64)[:, None, None]
+    ticks = state_ticks + np.rint(group.seconds / problem.tick_s).astype(np.int64)[None]
+    mib = state_mib + np.ceil(group.memory_bytes / BYTES_PER_MIB).astype(np.int64)[None]
+    return ticks, mib
+
+
+def _group_bounds(problem: Problem, group: _Group, alike: bool = False) -> np.ndarray:
+    """Each base's exact bound (``stage_model.base_bound``), for all the group's state items at
+    once; with ``alike``, the bound of the same candidate on every stage."""
+    ticks, mib = _group_ticks(problem, group)
+    fits = mib <= int(problem.budget_mib[group.key])
+    if alike:
+        return np.where(fits.all(axis=1), ticks.max(axis=1), UNUSABLE).min(axis=1)
+    return np.where(fits, ticks, UNUSABLE).min(axis=2).max(axis=1)
+
+
+def _group_bases(problem: Problem, group: _Group, state_items: np.ndarray | None = None) -> list["_Base"]:
+    found = []
+    budget = int(problem.budget_mib[group.key])
+    for state_item in (group.state_items if state_items is None else state_items).tolist():
+        stage = StageBase(
+            time_ticks=problem.state.time_ticks[group.key, state_item] + np.rint(group.seconds / problem.tick_s).astype(np.int64),
+            memory_mib=problem.state.memory_mib[group.key, state_item] + np.ceil(group.memory_bytes / BYTES_PER_MIB).astype(np.int64),
+            valid=np.ones(group.seconds.shape, dtype=bool), budget_mib=budget)
+        found.append(_Base(group.key, state_item, group.shared, group.names, stage, group.seconds + problem.state.time_s[group.key, state_item],
+                           group.memory_bytes + problem.state.memory_bytes[group.key, state_item], group.in_flight))
+    return found
 
 
 def _alike(base: "_Base") -> "_Base":
@@ -144,21 +261,25 @@ def _shared_of(item: dict) -> tuple:
 
 
 def _bases(problem: Problem) -> list[_Base]:
-    keys = np.arange(problem.key_count)
-    state_front = pareto_front(problem.state, keys)
+    """Every base, built (the oracle tests read them; the search builds only its ties)."""
+    return [base for group in _groups(problem) for base in _group_bases(problem, group)]
+
+
+def _groups(problem: Problem, keys: np.ndarray | None = None, state_front: np.ndarray | None = None) -> list[_Group]:
+    """The groups of ``keys`` (all keys by default), in key order, then the shared choices' order."""
+    keys = np.arange(problem.key_count) if keys is None else np.sort(np.asarray(keys, dtype=np.int64))
+    state_front = _state_front(problem) if state_front is None else state_front
     activation = problem.activation
     groups: dict[tuple, list[int]] = {}
     for index, item in enumerate(activation.values):
         groups.setdefault(_shared_of(item), []).append(index)
-    stage_terms = _stage_terms(problem)
-    rows = sum(int(state_front[key].sum()) * len(groups) * int(problem.keys["pipeline_parallel"][key]) * max(len(items) for items in groups.values())
-               for key in keys)
-    if rows > MAX_STAGE_LITERALS:
-        raise InputError(f"the per-stage search would table {rows:,} stage candidates, more than {MAX_STAGE_LITERALS:,}; "
-                         "pin the layout (--pin tensor_parallel=.. --pin pipeline_parallel=.. --pin gpus=..)")
+    stage_terms = _stage_terms(problem, keys)
     found = []
-    tick = problem.tick_s
+    block_shares: dict[tuple, np.ndarray] = {}
+    block_names: dict[int, tuple[str, ...]] = {}
     for key in keys.tolist():
+        if key not in stage_terms:
+            continue
         seconds_by_item, bytes_by_item, in_flight, block_bytes = stage_terms[key]
         counts = layers_of_each_stage(problem.model.layers, int(problem.keys["pipeline_parallel"][key]),
                                       int(problem.keys["first_stage_layers"][key]), int(problem.keys["last_stage_layers"][key]))
@@ -171,35 +292,27 @@ def _bases(problem: Problem) -> list[_Base]:
             names = tuple(activation.values[item]["checkpointing"] for item in items)
             if "none" in names and "every:1" in names and items[names.index("none")] in block_bytes:
                 plain, full = names.index("none"), names.index("every:1")
-                per_count = block_bytes[items[plain]]
-                layers = np.array(counts, dtype=float)
-                extra_seconds, extra_memory, extra_names = [], [], []
-                for count in sorted(per_count):
-                    share = np.minimum(count, layers) / layers  # the recompute GEMMs are per layer
-                    extra_seconds.append(seconds[:, plain] + share * (seconds[:, full] - seconds[:, plain]))
-                    extra_memory.append(per_count[count])
-                    extra_names.append(f"block:{count}")
-                if extra_names:
-                    seconds = np.concatenate([seconds, np.stack(extra_seconds, axis=1)], axis=1)
-                    memory = np.concatenate([memory, np.stack(extra_memory, axis=1)], axis=1)
-                    names = names + tuple(extra_names)
-            for state_item in np.flatnonzero(state_front[key]).tolist():
-                stage = StageBase(
-                    time_ticks=problem.state.time_ticks[key, state_item] + np.rint(seconds / tick).astype(np.int64),
-                    memory_mib=problem.state.memory_mib[key, state_item] + np.ceil(memory / BYTES_PER_MIB).astype(np.int64),
-                    valid=np.ones(seconds.shape, dtype=bool), budget_mib=int(problem.budget_mib[key]))
-                found.append(_Base(key, state_item, shared, names, stage, seconds + problem.state.time_s[key, state_item],
-                                   memory + problem.state.memory_bytes[key, state_item], in_flight))
+                per_count = block_bytes[items[plain]]  # (counts 1.., stages)
+                shares = block_shares.setdefault((counts, per_count.shape[0]), _block_shares(counts, per_count.shape[0]))
+                extra_seconds = seconds[:, plain][:, None] + shares * (seconds[:, full] - seconds[:, plain])[:, None]
+                seconds = np.concatenate([seconds, extra_seconds], axis=1)
+                memory = np.concatenate([memory, per_count.T], axis=1)
+                names = names + block_names.setdefault(per_count.shape[0], tuple(f"block:{count}" for count in range(1, per_count.shape[0] + 1)))
+            state_items = np.flatnonzero(state_front[key])
+            if state_items.size:
+                found.append(_Group(key, shared, names, seconds, memory, in_flight, state_items))
     return found
 
 
-def _stage_terms(problem: Problem) -> dict[int, tuple[dict, dict, np.ndarray, dict]]:
+def _stage_terms(problem: Problem, keys: np.ndarray) -> dict[int, tuple[dict, dict, np.ndarray, dict]]:
     """Per key: per activation item, each stage's step seconds if it set the pace and its
     activation bytes (the uniform table's, less what the stage holds below the heaviest and
     what it computes below the slowest), the micro-batches each stage holds, and for items
     without checkpointing each stage's bytes under block recomputation of N layers."""
     activation = problem.activation
-    key_rows, item_rows = np.nonzero(activation.valid)
+    wanted = np.zeros(problem.key_count, dtype=bool)
+    wanted[keys] = True
+    key_rows, item_rows = np.nonzero(activation.valid & wanted[:, None])
     per_key = {name: problem.keys[name][key_rows] for name in KEY_COLUMNS}
     item_codes: dict[str, list[int]] = {}
     for item in activation.values:
@@ -234,17 +347,25 @@ def _stage_terms(problem: Problem) -> dict[int, tuple[dict, dict, np.ndarray, di
         # Megatron's block recomputation of the first N layers of each stage, from rows without checkpointing.
         plain = np.flatnonzero(columns.checkpoint_kind == CHECKPOINT_NONE)
         most_layers = max(layers_of_each_stage(problem.model.layers, int(layout[1]), int(layout[2]), int(layout[3])))
-        blocks = {count: stage_activation_bytes(problem.model, _rows(columns, plain), tokens[plain] if np.ndim(tokens) else tokens,
-                                                values["micro_batches"][plain], recomputed_layers=count) + extras[plain]
-                  for count in range(1, most_layers)}
+        plain_columns = _rows(columns, plain)
+        plain_tokens = tokens[plain] if np.ndim(tokens) else tokens
+        blocks = np.stack([stage_activation_bytes(problem.model, plain_columns, plain_tokens, values["micro_batches"][plain],
+                                                  recomputed_layers=count) + extras[plain]
+                           for count in range(1, most_layers)], axis=0) if most_layers > 1 else np.zeros((0, plain.size, int(layout[1])))
         block_row = {row: position for position, row in enumerate(plain.tolist())}
         for row, key, item in zip(range(rows.size), key_rows[rows].tolist(), item_rows[rows].tolist()):
             seconds_by_item, bytes_by_item, _, block_bytes = terms.setdefault(key, ({}, {}, in_flight[row], {}))
             seconds_by_item[item] = stage_seconds[row]
             bytes_by_item[item] = stage_memory[row]
-            if row in block_row:
-                block_bytes[item] = {count: values_of[block_row[row]] for count, values_of in blocks.items()}
+            if row in block_row and blocks.shape[0]:
+                block_bytes[item] = blocks[:, block_row[row], :]  # (counts 1.., stages)
     return terms
+
+
+def _block_shares(counts: tuple[int, ...], most: int) -> np.ndarray:
+    """(stages, N = 1..most): the share of each stage's layers block:N recomputes (the recompute GEMMs are per layer)."""
+    layers = np.array(counts, dtype=float)[:, None]
+    return np.minimum(np.arange(1, most + 1, dtype=float)[None, :], layers) / layers
 
 
 def _rows(columns: PlanColumns, rows: np.ndarray) -> PlanColumns:
@@ -308,14 +429,21 @@ def _decoded_plan(problem: Problem, base: _Base, first: str):
     return decode_choice(problem, Choice(key=base.key, state_item=base.state_item, activation_item=item, objective=()))
 
 
-def _infeasible_reason(problem: Problem, bases: list[_Base]) -> str:
-    """The base whose tightest stage comes closest to its budget, and that stage."""
-    if not bases:
+def _infeasible_reason(problem: Problem, groups: list[_Group]) -> str:
+    """The base whose tightest stage comes closest to its budget, and that stage (the first
+    such base in enumeration order: ``stage_model.tightest_stage`` over every base)."""
+    if not groups:
         return "no layout of the space has a well-formed plan"
-    overshoot = []
-    for base in bases:
-        stage, least = tightest_stage(base.stage)
-        overshoot.append((least - base.stage.budget_mib, stage, least, base))
-    excess, stage, least, base = min(overshoot, key=lambda entry: entry[0])
-    return (f"no per-stage plan fits: in the closest layout, stage {stage} of {int(problem.keys['pipeline_parallel'][base.key])} "
-            f"needs at least {least:,} MiB with its leanest checkpointing, {excess:,} MiB over its budget of {base.stage.budget_mib:,} MiB")
+    best = None
+    for group in groups:
+        _, mib = _group_ticks(problem, group)
+        budget = int(problem.budget_mib[group.key])
+        least = mib.min(axis=2)  # (state items, stages)
+        stages = np.argmax(least - budget, axis=1)
+        needs = least[np.arange(least.shape[0]), stages]
+        at = int(np.argmin(needs - budget))
+        if best is None or int(needs[at]) - budget < best[0]:
+            best = (int(needs[at]) - budget, int(stages[at]), int(needs[at]), group.key, budget)
+    excess, stage, least, key, budget = best
+    return (f"no per-stage plan fits: in the closest layout, stage {stage} of {int(problem.keys['pipeline_parallel'][key])} "
+            f"needs at least {least:,} MiB with its leanest checkpointing, {excess:,} MiB over its budget of {budget:,} MiB")
