@@ -236,6 +236,10 @@ def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
     request = _request(request, SolveRequest)
     space = request.space
     with hardware_scope(request.hardware):
+        if request.per_stage:
+            from vramopt.stage_checkpointing import check_per_stage_request
+
+            check_per_stage_request(request.workload, space)
         data = solve_plan(request.workload, space, engine=request.engine).to_dict()
         if request.per_stage:
             from vramopt.stage_checkpointing import add_searched_stages

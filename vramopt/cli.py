@@ -252,6 +252,10 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         raise click.UsageError("--per-stage is searched by CP-SAT; the exhaustive engine is the oracle over uniform plans")
     if per_stage and output_format == "csv":
         raise click.UsageError("--per-stage has no CSV view (one row cannot hold the stages); use --format json or table")
+    if per_stage:
+        from vramopt.stage_checkpointing import check_per_stage_request
+
+        check_per_stage_request(workload, space)
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
     if per_stage:

@@ -224,6 +224,14 @@ def add_stage_plan(response: dict[str, Any], workload: TrainingWorkload, plan: T
     return response
 
 
+def check_per_stage_request(workload, space) -> None:
+    """A per-stage solve is a training one that maximizes tokens/s (refused before any search)."""
+    if not isinstance(workload, TrainingWorkload):
+        raise InputError("per-stage checkpointing applies to training workloads")
+    if space.objective != "throughput":
+        raise InputError(f"per-stage search maximizes tokens/s; it does not apply to objective {space.objective}")
+
+
 def add_searched_stages(response: dict[str, Any], workload: TrainingWorkload, space) -> dict[str, Any]:
     """``response`` (a solve's) with the ``per_stage`` block of the per-stage optimum of the same
     space (``optimizer/per_stage.per_stage_search``): its plan, each stage's choice and why, and
@@ -231,10 +239,7 @@ def add_searched_stages(response: dict[str, Any], workload: TrainingWorkload, sp
     from vramopt.estimate import estimate_training
     from vramopt.optimizer.per_stage import per_stage_search
 
-    if not isinstance(workload, TrainingWorkload):
-        raise InputError("per-stage checkpointing applies to training workloads")
-    if space.objective != "throughput":
-        raise InputError(f"per-stage search maximizes tokens/s; it does not apply to objective {space.objective}")
+    check_per_stage_request(workload, space)
     answer = per_stage_search(workload, space, time_limit_s=space.time_limit_s)
     stages = tuple(stage.checkpointing for stage in answer.stages)
     block = estimate_stages(workload, answer.plan, stages, space.framework, whys=tuple(stage.why for stage in answer.stages))

@@ -206,3 +206,23 @@ def test_the_api_solve_with_per_stage_matches_the_library_search():
     assert data["per_stage"]["tokens_per_s"] == pytest.approx(answer.tokens_per_s, rel=1e-12)
     assert [row["checkpointing"] for row in data["per_stage"]["stages"]] == [stage.checkpointing for stage in answer.stages]
     assert estimate_training(LLAMA_WORKLOAD, answer.plan).plan.pipeline_parallel == 4
+
+
+def test_a_solve_export_writes_the_per_stage_plan_where_megatron_runs_it():
+    """issue 18 item 1: exporting a solve whose per-stage plan Megatron-LM can run writes that
+    plan (its own layout and offload, block recomputation), not the uniform answer."""
+    from vramopt.stage_checkpointing import estimate_stages
+
+    data = api.solve({"workload": GPT3_WORKLOAD, "per_stage": True,
+                      "space": {"gpus": ["a100-80gb"], "max_gpus": 64, "workers": 1, "framework": "megatron",
+                                "pin": {"gpus": "64", "tensor_parallel": "4", "pipeline_parallel": "8"}}}).to_dict()
+    assert data["plan"]["offload"] != data["per_stage"]["plan"]["offload"]  # the per-stage optimum drops the offload
+    # The same layout with one block count on every stage (what Megatron-LM runs): its block as estimate gives it.
+    plan = TrainingPlan(**{name: value for name, value in data["per_stage"]["plan"].items() if name in TrainingPlan.__slots__})
+    data["per_stage"] = {**estimate_stages(TrainingWorkload(**GPT3_WORKLOAD), plan, ("block:5",) * 8, "megatron"),
+                         "plan": data["per_stage"]["plan"]}
+    exported = export("megatron", data)
+    arguments = exported.content["arguments"]
+    assert "--optimizer-cpu-offload" not in arguments and "--optimizer-cpu-offload" in export("megatron", {**data, "per_stage": None}).content["arguments"]
+    assert arguments[arguments.index("--recompute-num-layers") + 1] == "5"
+    assert any("every stage block:5" in note for note in exported.notes)
