@@ -83,19 +83,25 @@ class SolveRequest:
     engine: str = "cp-sat"
     hardware: Mapping[str, Any] | None = None
     """A hardware file's content inline ({"gpu": {NAME: {...}}}, docs/hardware.md); None: built-in."""
+    per_stage: bool = False
+    """Training: also search one checkpointing per pipeline stage; the response's ``per_stage``
+    block (vramopt/stage_checkpointing.py) holds that optimum, the uniform answer stays."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "SolveRequest":
-        data = _check_schema(data, ("schema", "workload", "space", "engine", "hardware"))
+        data = _check_schema(data, ("schema", "workload", "space", "engine", "hardware", "per_stage"))
         engine = data.get("engine", "cp-sat")
         if engine not in ("cp-sat", "exhaustive"):
             raise _fail("engine", f"'{engine}' is not cp-sat or exhaustive")
+        per_stage = _coerce(bool, data.get("per_stage", False), "per_stage")
+        if per_stage and engine != "cp-sat":
+            raise _fail("per_stage", "is searched by CP-SAT; the exhaustive engine is the oracle over uniform plans")
         return cls(workload_from_dict(data["workload"]), _build(SearchSpace, data.get("space", {}), "space"), engine,
-                   _hardware_field(data))
+                   _hardware_field(data), per_stage)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "workload": _plain(self.workload), "space": _plain(self.space), "engine": self.engine,
-                **_hardware_dict(self.hardware)}
+                **_hardware_dict(self.hardware), **({"per_stage": True} if self.per_stage else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +142,14 @@ class EstimateRequest:
     """GPU type -> US dollars per GPU-hour (over the built-in H800 price)."""
     framework: str = "generic"
     """Training only: the framework whose rules and memory accounting apply (docs/frameworks.md)."""
+    stage_checkpointing: tuple[str, ...] | None = None
+    """Training with pipeline stages: one checkpointing per stage, first to last (none, selective,
+    every:K, block:N); the response's ``per_stage`` block evaluates it (vramopt/stage_checkpointing.py)."""
 
     @classmethod
     def from_dict(cls, data: Any) -> "EstimateRequest":
-        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "total_tokens", "usd_per_gpu_hour", "framework"))
+        data = _check_schema(data, ("schema", "workload", "plan", "hardware", "total_tokens", "usd_per_gpu_hour", "framework",
+                                    "stage_checkpointing"))
         workload = workload_from_dict(data["workload"])
         if "plan" not in data:
             raise _fail("plan", "is missing")
@@ -158,13 +168,26 @@ class EstimateRequest:
         framework = data.get("framework", "generic")
         if not isinstance(framework, str):
             raise _fail("framework", f"must be a string, got {show_value(framework)}")
-        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), total_tokens, prices, framework)
+        stages = data.get("stage_checkpointing")
+        if stages is not None:
+            from vramopt.stage_checkpointing import parse_stage_checkpointing
+
+            if serving:
+                raise _fail("stage_checkpointing", "applies to training plans with pipeline stages")
+            if not isinstance(stages, list):
+                raise _fail("stage_checkpointing", f"must be a list of strings, one per pipeline stage, got {show_value(stages)}")
+            try:
+                stages = parse_stage_checkpointing(stages)
+            except InputError as error:
+                raise _fail("stage_checkpointing", str(error)) from None
+        return cls(workload, _build(plan_class, data["plan"], "plan"), _hardware_field(data), total_tokens, prices, framework, stages)
 
     def to_dict(self) -> dict[str, Any]:
         framework = {"framework": self.framework} if self.framework != "generic" else {}
         return {"schema": SCHEMA, "workload": _plain(self.workload), "plan": _plain(self.plan), **_hardware_dict(self.hardware),
                 **({} if self.total_tokens is None else {"total_tokens": self.total_tokens}),
-                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}), **framework}
+                **({} if self.usd_per_gpu_hour is None else {"usd_per_gpu_hour": dict(self.usd_per_gpu_hour)}), **framework,
+                **({} if self.stage_checkpointing is None else {"stage_checkpointing": list(self.stage_checkpointing)})}
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,7 +236,15 @@ def solve(request: SolveRequest | Mapping[str, Any] | str) -> SolveResponse:
     request = _request(request, SolveRequest)
     space = request.space
     with hardware_scope(request.hardware):
+        if request.per_stage:
+            from vramopt.stage_checkpointing import check_per_stage_request
+
+            check_per_stage_request(request.workload, space)
         data = solve_plan(request.workload, space, engine=request.engine).to_dict()
+        if request.per_stage:
+            from vramopt.stage_checkpointing import add_searched_stages
+
+            add_searched_stages(data, request.workload, space)
         # The money of the plan and its runners-up: total_tokens (training) or prices (serving).
         attach_time_and_cost(data, space.total_tokens, space_prices(space.usd_per_gpu_hour), bool(space.usd_per_gpu_hour))
         return SolveResponse(data)
@@ -236,7 +267,12 @@ def estimate(request: EstimateRequest | Mapping[str, Any] | str) -> EstimateResp
                 raise InputError(f"framework {request.framework} applies to training workloads; serving plans export to vLLM")
             data = estimate_serving(request.workload, request.plan).to_dict()
         else:
-            data = estimate_training(request.workload, request.plan, request.framework).to_dict()
+            estimated = estimate_training(request.workload, request.plan, request.framework)
+            data = estimated.to_dict()
+            if request.stage_checkpointing is not None:
+                from vramopt.stage_checkpointing import add_stage_plan
+
+                add_stage_plan(data, request.workload, estimated.plan, request.stage_checkpointing, request.framework)
         attach_time_and_cost(data, request.total_tokens, space_prices(prices), bool(prices))
         return EstimateResponse(data)
 

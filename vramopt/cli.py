@@ -45,6 +45,7 @@ from vramopt.cli_cost import (add_time_and_cost, cost_options, money_flags_given
                               time_money_front, with_cost_lines)
 from vramopt.cli_framework import EXPORT_TARGETS, framework_option, resolve_framework
 from vramopt.display_cost import render_cost_front
+from vramopt.display_stages import render_stages
 from vramopt.frameworks import DEFAULT_FRAMEWORK
 # The error handling and the shared options live in these two modules; their names stay
 # importable from here (vramopt.cli.main, cli.EXIT_INTERNAL, cli.TRAINING_ONLY, ...).
@@ -125,17 +126,24 @@ def main(debug: bool) -> None:
 @click.option("--decode-replicas", type=click.IntRange(1, MAX_COUNT), default=None, help="infer: the decode replicas.")
 @click.option("--decode-tp", "decode_tensor_parallel", type=click.IntRange(1, MAX_COUNT), default=None,
               help="infer: tensor-parallel degree of each decode replica (--slots: its max-num-seqs).")
+@click.option("--stage-checkpointing", "stage_checkpointing", type=str, default=None, metavar="V0,V1,...",
+              help="training with pipeline stages: also evaluate one checkpointing per stage, first to last (none, selective, "
+                   "full, every:K or block:N: the first N layers of the stage recomputed), e.g. block:4,block:2,none,none.")
 @framework_option
 @hardware_option
 @cost_options
 @format_option()
-def estimate(output_format: str, framework: str | None, **options: Any) -> None:
+def estimate(output_format: str, framework: str | None, stage_checkpointing: str | None, **options: Any) -> None:
     """Evaluate one plan (training, fine-tuning, LoRA/QLoRA or serving): memory per GPU,
     whether it fits, and throughput."""
     from vramopt.disaggregated_estimate import disaggregated_estimate, disaggregated_plan, render_disaggregated_estimate
 
     disaggregated = disaggregated_plan(options, given)
     workload = build_workload(options)
+    if stage_checkpointing is not None and (disaggregated is not None or isinstance(workload, ServingWorkload)):
+        raise click.UsageError("--stage-checkpointing applies to training plans with pipeline stages")
+    if stage_checkpointing is not None and output_format == "csv":
+        raise click.UsageError("--stage-checkpointing has no CSV view (one row cannot hold the stages); use --format json or table")
     if disaggregated is not None:
         if not given("quantization"):  # a quantized checkpoint is served in its own format
             disaggregated = replace(disaggregated, quantization=checkpoint_format(load_model(workload.model)) or disaggregated.quantization)
@@ -150,10 +158,15 @@ def estimate(output_format: str, framework: str | None, **options: Any) -> None:
         add_time_and_cost(result)
         emit(result, output_format, with_cost_lines(render_serving))
         return
-    result = estimate_training(workload, build_plan(options), framework=framework or DEFAULT_FRAMEWORK).to_dict()
+    estimate_result = estimate_training(workload, build_plan(options), framework=framework or DEFAULT_FRAMEWORK)
+    result = estimate_result.to_dict()
+    if stage_checkpointing is not None:
+        from vramopt.stage_checkpointing import add_stage_plan
+
+        add_stage_plan(result, workload, estimate_result.plan, stage_checkpointing, framework or DEFAULT_FRAMEWORK)
     add_time_and_cost(result)
     host_limit, nvme_limit = offload_limits(result["plan"]["gpu"])
-    emit(result, output_format, with_cost_lines(lambda data: render_training(data, host_limit, nvme_limit)))
+    emit(result, output_format, with_cost_lines(lambda data: render_training(data, host_limit, nvme_limit) + render_stages(data)))
 
 
 @main.command()
@@ -190,6 +203,9 @@ def models(output_format: str) -> None:
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
 @click.option("--engine", type=click.Choice(ENGINES), default="cp-sat", show_default=True,
               help="cp-sat, or the exhaustive reference enumerator over the same tables.")
+@click.option("--per-stage", "per_stage", is_flag=True, default=False,
+              help="training: also search one activation checkpointing per pipeline stage (none, selective, every:K, block:N) "
+                   "and show that optimum and its gain next to the uniform answer, which stays as it is.")
 @click.option("--request", "request_path", type=str, default=None,
               help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
 @hardware_option
@@ -218,7 +234,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         if framework is not None:
             raise click.UsageError("--request carries the whole request; --framework cannot be given with it (set space.framework)")
         request = SolveRequest.from_dict(read_json_request(request_path))
-        workload, space, engine = request.workload, request.space, request.engine
+        workload, space, engine, per_stage = request.workload, request.space, request.engine, request.per_stage
         if export is not None:
             space = replace(space, framework=resolve_framework(None if space.framework == DEFAULT_FRAMEWORK else space.framework, export[0]))
         use_request_hardware(request.hardware)
@@ -231,10 +247,27 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
             workers=options["workers"],
             framework=resolve_framework(framework, export[0] if export else None),
         )
-        workload, engine = build_workload(options), options["engine"]
+        workload, engine, per_stage = build_workload(options), options["engine"], options["per_stage"]
+    if per_stage and engine != "cp-sat":
+        raise click.UsageError("--per-stage is searched by CP-SAT; the exhaustive engine is the oracle over uniform plans")
+    if per_stage and output_format == "csv":
+        raise click.UsageError("--per-stage has no CSV view (one row cannot hold the stages); use --format json or table")
+    if per_stage:
+        from vramopt.stage_checkpointing import check_per_stage_request
+
+        check_per_stage_request(workload, space)
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
+    if per_stage:
+        from vramopt.stage_checkpointing import add_searched_stages
+
+        add_searched_stages(data, workload, space)
     add_time_and_cost(data, space)
+    if result.estimate is None and per_stage:  # no uniform plan fits, a per-stage one does
+        if export is not None:
+            export_plan(data, *export)
+        emit(data, output_format, lambda response: render_infeasible(response) + render_stages(response))
+        return
     if result.estimate is None:
         if output_format == "json":
             emit(data, "json")
@@ -255,7 +288,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
         row.update({f"solver.{key}": value for key, value in data["solver"].items() if key != "objective_value"})
         emit([row], "csv")
         return
-    emit(data, output_format, with_cost_lines(lambda response: render_solve(response, host_limit, nvme_limit)))
+    emit(data, output_format, with_cost_lines(lambda response: render_solve(response, host_limit, nvme_limit) + render_stages(response)))
 
 
 @main.command()

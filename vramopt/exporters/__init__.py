@@ -40,7 +40,14 @@ def export(target: str, response: Mapping[str, Any]) -> ExportResult:
     """Export ``response`` for ``target`` (a name of ``EXPORTERS``)."""
     if target not in EXPORTERS:
         raise InputError(f"export target '{target}' is not one of {', '.join(EXPORTERS)}")
-    return EXPORTERS[target](response)
+    from dataclasses import replace
+
+    from vramopt.stage_checkpointing import exported_response
+
+    # A per-stage block: its plan where the target runs it, else the uniform plan; a note either way.
+    response, stage_notes = exported_response(response, target)
+    result = EXPORTERS[target](response)
+    return replace(result, notes=tuple(result.notes) + tuple(stage_notes)) if stage_notes else result
 
 
 __all__ = ["EXPORTERS", "ExportResult", "MegatronExport", "SglangExport", "TorchtitanExport", "VllmExport", "deepspeed_config", "export",

@@ -24,6 +24,7 @@ from vramopt.exporters.result import (
     response_parts, technique_export_notes,
 )
 from vramopt.frameworks import check_runs, plan_columns
+from vramopt.stage_checkpointing import megatron_block_arguments
 
 RELEASE = "core_v0.16.1"
 TOKENIZER_PLACEHOLDER = "/path/to/tokenizer"
@@ -81,6 +82,7 @@ def megatron_args(response: Mapping[str, Any]) -> MegatronExport:
     # Each technique writes its own arguments and notes (its Contribution's Megatron export), in plan order.
     draft = ExportDraft(plan=checked, model={**model, "experts": experts}, content=content, setting=no_setting_table("Megatron"))
     notes.extend(technique_export_notes("megatron", draft))
+    megatron_block_arguments(response, draft)  # a per-stage plan whose stages all take block:N
     arguments = ordered_arguments(content["arguments"], ARGUMENT_ORDER, {MODEL_ARGUMENTS: model_arguments})
     arguments += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", TOKENIZER_PLACEHOLDER,
                   "--data-path", DATA_PLACEHOLDER]

@@ -16,7 +16,10 @@ are the uniform tables' exactly, so the per-stage optimum is never slower than t
 Given a base the stages interact only through the maximum, so the base's per-stage optimum is
 max over stages of the fastest candidate that fits: an exact bound, used (like the uniform
 solver's key bounds) to keep only the bases that reach the best one before CP-SAT
-(``stage_model.solve_stages``) settles the tie-breaks.
+(``stage_model.solve_stages``) settles the tie-breaks. The stage tables
+(``optimizer/stage_groups.py``) are built best first: keys in the order of a lower bound read
+off the uniform tables (``key_lower_bounds``), until the next key's bound exceeds the best
+exact bound found, so a large space tables only the keys that can hold the optimum.
 
 Restrictions (said, not hidden): the stages share flash attention, sequence parallelism and
 the expert overlap; every:k must divide every stage's layers; the weights, model state,
@@ -30,22 +33,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vramopt.constraints import registry
-from vramopt.costs.columns import CHECKPOINT_NONE, PlanColumns
-from vramopt.costs.stage_plans import layers_of_each_stage, stage_activation_bytes, stage_compute_shares, stage_in_flight
-from vramopt.costs.training import evaluate_training
+from vramopt.costs.stage_plans import layers_of_each_stage
 from vramopt.errors import InfeasibleError, InputError
-from vramopt.estimate import training_case
-from vramopt.optimizer.problem import Problem, build_problem, neutral_codes
-from vramopt.parallel_layout import ParallelLayout
-from vramopt.optimizer.prune import pareto_front
-from vramopt.optimizer.stage_model import StageBase, solve_stages, tightest_stage
+from vramopt.optimizer.problem import Problem, build_problem
+from vramopt.optimizer.stage_groups import Group as _Group, stage_groups as _groups, state_front
+from vramopt.optimizer.stage_model import StageBase, solve_stages
 from vramopt.optimizer.tables import KEY_COLUMNS
 from vramopt.units import BYTES_PER_MIB
 
-MAX_STAGE_LITERALS = 2_000_000
-"""Most (base, stage, candidate) rows a per-stage search tables; a larger space is refused
-with a hint to pin the layout."""
+MAX_STAGE_LITERALS = 20_000_000
+"""Most (base, stage, candidate) rows a per-stage search tables before its bound closes; a
+search that needs more is refused with a hint to pin the layout."""
 
 MEGATRON_NOTE = ("Megatron-LM cannot run a per-stage choice: Megatron-Core 0.16.1 TransformerConfig.recompute_num_layers "
                  "(--recompute-method block --recompute-num-layers N) recomputes the same N layers 'within each pipeline "
@@ -75,6 +73,9 @@ class PerStageAnswer:
     step_s: float
     tokens_per_s: float
     layout: dict
+    plan: object = None
+    """The chosen layout and shared choices as a ``TrainingPlan`` (its checkpointing the first
+    stage's where the uniform domain has it, else none: the stages carry their own)."""
 
     def to_dict(self) -> dict:
         return {
@@ -107,19 +108,119 @@ def per_stage_search(workload, space, time_limit_s: float = 10.0, same_on_every_
     """The fastest plan whose stages checkpoint each as they need (see the module docstring).
     With ``same_on_every_stage`` every stage takes the same candidate (block:N included: what
     Megatron-LM's --recompute-method block --recompute-num-layers N runs), the comparison that
-    separates the per-stage choice from the finer block granularity."""
+    separates the per-stage choice from the finer block granularity.
+
+    Every base's exact bound is computed in bulk, over all its model-state items at once
+    (``_group_bounds``), and only the bases that reach the least are built and handed to
+    CP-SAT, in their enumeration order, so its tie-breaks are those of the whole list."""
     problem = build_problem(workload, space)
     if problem.kind != "train":
         raise InputError("per-stage checkpointing applies to training plans")
-    bases = _bases(problem)
+    groups, bounds = _best_first(problem, same_on_every_stage)
+    least = min((int(bound.min()) for bound in bounds if bound.size), default=UNUSABLE)
+    if least >= UNUSABLE:
+        raise InfeasibleError(_infeasible_reason(problem, groups))
+    usable = [base for group, bound in zip(groups, bounds) for base in _group_bases(problem, group, group.state_items[bound == least])]
     if same_on_every_stage:
-        bases = [_alike(base) for base in bases]
-    usable = [base for base in bases if (base.stage.valid & (base.stage.memory_mib <= base.stage.budget_mib)).any(axis=1).all()]
-    if not usable:
-        raise InfeasibleError(_infeasible_reason(problem, bases))
+        usable = [_alike(base) for base in usable]
     choice = solve_stages([base.stage for base in usable], time_limit_s=time_limit_s)
     candidates = choice.candidates * len(usable[choice.base].in_flight) if same_on_every_stage else choice.candidates
     return _answer(problem, _unalike(usable[choice.base]) if same_on_every_stage else usable[choice.base], candidates)
+
+
+FIRST_BATCH_KEYS = 32
+"""Keys whose stage terms the best-first search computes first; each later batch is twice as large."""
+
+
+def key_lower_bounds(problem: Problem, front: np.ndarray | None = None) -> np.ndarray:
+    """Per key, a lower bound of every base's per-stage step in ticks, from the uniform tables
+    alone: its fastest state item on the front plus its fastest activation item, less one tick
+    of rounding (a state item counts where the first stage can fit: see below). Valid because recomputation never makes a stage faster (a stage's time with
+    any candidate is at least its time without checkpointing; tested on real spaces), so a
+    per-stage step is at least the slowest stage's time without checkpointing, the uniform
+    figure of 'none', which is at least the fastest uniform activation item's."""
+    front = (state_front(problem) if front is None else front) & problem.state.valid
+    activation_valid = problem.activation.valid
+    activation = np.where(activation_valid, problem.activation.time_ticks, UNUSABLE).min(axis=1).astype(np.int64)
+    # With even stages the first is the heaviest for every candidate (it holds the most
+    # micro-batches, the same layers), its memory the uniform table's, and no block:N is
+    # leaner than every:1: so a state item none of whose activation items fits leaves the
+    # first stage without a candidate. Uneven stages keep the time bound alone.
+    leanest = np.where(activation_valid, problem.activation.memory_mib, UNUSABLE).min(axis=1).astype(np.int64)
+    even = (problem.keys["first_stage_layers"] == 0) & (problem.keys["last_stage_layers"] == 0)
+    state_mib = problem.state.memory_mib.astype(np.int64)
+    fits = ~even[:, None] | (state_mib + np.minimum(leanest, UNUSABLE // 2)[:, None] - 1 <= problem.budget_mib.astype(np.int64)[:, None])
+    state = np.where(front & fits, problem.state.time_ticks, UNUSABLE).min(axis=1).astype(np.int64)
+    usable = (state < UNUSABLE) & (activation < UNUSABLE)
+    return np.where(usable, state + np.where(usable, activation, 0) - 1, UNUSABLE)
+
+
+def _best_first(problem: Problem, alike: bool) -> tuple[list["_Group"], list[np.ndarray]]:
+    """The groups (and their bases' exact bounds) of every key whose lower bound
+    (``key_lower_bounds``) does not exceed the best exact bound found, visited in the order of
+    their lower bounds in batches; the rest cannot hold a base that reaches the optimum, so
+    the least bound and all its ties are among those returned (in enumeration order)."""
+    front = state_front(problem)
+    lower = key_lower_bounds(problem, front)
+    order = np.argsort(lower, kind="stable")
+    order = order[lower[order] < UNUSABLE]
+    found: list[tuple[_Group, np.ndarray]] = []
+    best, start, size, rows = UNUSABLE, 0, FIRST_BATCH_KEYS, 0
+    while start < order.size and lower[order[start]] <= best:
+        batch = order[start:start + size]
+        batch = batch[lower[batch] <= best]
+        for group in _groups(problem, batch, front):
+            bound = _group_bounds(problem, group, alike)
+            rows += group.seconds.size * group.state_items.size
+            found.append((group, bound))
+            if bound.size:
+                best = min(best, int(bound.min()))
+        if rows > MAX_STAGE_LITERALS:
+            raise InputError(f"the per-stage search tabled {rows:,} stage candidates without closing its bound, more than "
+                             f"{MAX_STAGE_LITERALS:,}; pin the layout (--pin tensor_parallel=.. --pin pipeline_parallel=.. --pin gpus=..)")
+        start, size = start + size, size * 2
+    if best >= UNUSABLE:  # nothing fits: every key's groups, for the reason that names the closest stage
+        done = {group.key for group, _ in found}
+        rest = np.array([key for key in range(problem.key_count) if key not in done], dtype=np.int64)
+        found += [(group, _group_bounds(problem, group, alike)) for group in (_groups(problem, rest, front) if rest.size else [])]
+    found.sort(key=lambda entry: entry[0].key)  # stable: a key's groups keep their order
+    return [group for group, _ in found], [bound for _, bound in found]
+
+
+UNUSABLE = np.iinfo(np.int64).max
+"""The bound of a base some stage of which has no candidate that fits."""
+
+
+def _group_ticks(problem: Problem, group: _Group) -> tuple[np.ndarray, np.ndarray]:
+    """(time ticks, memory MiB) of shape (state items, stages, candidates): as ``StageBase`` holds them."""
+    state_ticks = problem.state.time_ticks[group.key, group.state_items].astype(np.int64)[:, None, None]
+    state_mib = problem.state.memory_mib[group.key, group.state_items].astype(np.int64)[:, None, None]
+    ticks = state_ticks + np.rint(group.seconds / problem.tick_s).astype(np.int64)[None]
+    mib = state_mib + np.ceil(group.memory_bytes / BYTES_PER_MIB).astype(np.int64)[None]
+    return ticks, mib
+
+
+def _group_bounds(problem: Problem, group: _Group, alike: bool = False) -> np.ndarray:
+    """Each base's exact bound (``stage_model.base_bound``), for all the group's state items at
+    once; with ``alike``, the bound of the same candidate on every stage."""
+    ticks, mib = _group_ticks(problem, group)
+    fits = mib <= int(problem.budget_mib[group.key])
+    if alike:
+        return np.where(fits.all(axis=1), ticks.max(axis=1), UNUSABLE).min(axis=1)
+    return np.where(fits, ticks, UNUSABLE).min(axis=2).max(axis=1)
+
+
+def _group_bases(problem: Problem, group: _Group, state_items: np.ndarray | None = None) -> list["_Base"]:
+    found = []
+    budget = int(problem.budget_mib[group.key])
+    for state_item in (group.state_items if state_items is None else state_items).tolist():
+        stage = StageBase(
+            time_ticks=problem.state.time_ticks[group.key, state_item] + np.rint(group.seconds / problem.tick_s).astype(np.int64),
+            memory_mib=problem.state.memory_mib[group.key, state_item] + np.ceil(group.memory_bytes / BYTES_PER_MIB).astype(np.int64),
+            valid=np.ones(group.seconds.shape, dtype=bool), budget_mib=budget)
+        found.append(_Base(group.key, state_item, group.shared, group.names, stage, group.seconds + problem.state.time_s[group.key, state_item],
+                           group.memory_bytes + problem.state.memory_bytes[group.key, state_item], group.in_flight))
+    return found
 
 
 def _alike(base: "_Base") -> "_Base":
@@ -136,116 +237,9 @@ def _unalike(base: "_Base") -> "_Base":
     return _Base(base.key, base.state_item, base.shared, base.names, base.stages_of, base.seconds, base.memory_bytes, base.in_flight)
 
 
-def _shared_of(item: dict) -> tuple:
-    return tuple((field, value) for field, value in item.items() if field != "checkpointing")
-
-
 def _bases(problem: Problem) -> list[_Base]:
-    keys = np.arange(problem.key_count)
-    state_front = pareto_front(problem.state, keys)
-    activation = problem.activation
-    groups: dict[tuple, list[int]] = {}
-    for index, item in enumerate(activation.values):
-        groups.setdefault(_shared_of(item), []).append(index)
-    stage_terms = _stage_terms(problem)
-    rows = sum(int(state_front[key].sum()) * len(groups) * int(problem.keys["pipeline_parallel"][key]) * max(len(items) for items in groups.values())
-               for key in keys)
-    if rows > MAX_STAGE_LITERALS:
-        raise InputError(f"the per-stage search would table {rows:,} stage candidates, more than {MAX_STAGE_LITERALS:,}; "
-                         "pin the layout (--pin tensor_parallel=.. --pin pipeline_parallel=.. --pin gpus=..)")
-    found = []
-    tick = problem.tick_s
-    for key in keys.tolist():
-        seconds_by_item, bytes_by_item, in_flight, block_bytes = stage_terms[key]
-        counts = layers_of_each_stage(problem.model.layers, int(problem.keys["pipeline_parallel"][key]),
-                                      int(problem.keys["first_stage_layers"][key]), int(problem.keys["last_stage_layers"][key]))
-        for shared, items in groups.items():
-            items = tuple(item for item in items if activation.valid[key, item])
-            if not items:
-                continue
-            seconds = np.stack([seconds_by_item[item] for item in items], axis=1)  # (stages, candidates)
-            memory = np.stack([bytes_by_item[item] for item in items], axis=1)
-            names = tuple(activation.values[item]["checkpointing"] for item in items)
-            if "none" in names and "every:1" in names and items[names.index("none")] in block_bytes:
-                plain, full = names.index("none"), names.index("every:1")
-                per_count = block_bytes[items[plain]]
-                layers = np.array(counts, dtype=float)
-                extra_seconds, extra_memory, extra_names = [], [], []
-                for count in sorted(per_count):
-                    share = np.minimum(count, layers) / layers  # the recompute GEMMs are per layer
-                    extra_seconds.append(seconds[:, plain] + share * (seconds[:, full] - seconds[:, plain]))
-                    extra_memory.append(per_count[count])
-                    extra_names.append(f"block:{count}")
-                if extra_names:
-                    seconds = np.concatenate([seconds, np.stack(extra_seconds, axis=1)], axis=1)
-                    memory = np.concatenate([memory, np.stack(extra_memory, axis=1)], axis=1)
-                    names = names + tuple(extra_names)
-            for state_item in np.flatnonzero(state_front[key]).tolist():
-                stage = StageBase(
-                    time_ticks=problem.state.time_ticks[key, state_item] + np.rint(seconds / tick).astype(np.int64),
-                    memory_mib=problem.state.memory_mib[key, state_item] + np.ceil(memory / BYTES_PER_MIB).astype(np.int64),
-                    valid=np.ones(seconds.shape, dtype=bool), budget_mib=int(problem.budget_mib[key]))
-                found.append(_Base(key, state_item, shared, names, stage, seconds + problem.state.time_s[key, state_item],
-                                   memory + problem.state.memory_bytes[key, state_item], in_flight))
-    return found
-
-
-def _stage_terms(problem: Problem) -> dict[int, tuple[dict, dict, np.ndarray, dict]]:
-    """Per key: per activation item, each stage's step seconds if it set the pace and its
-    activation bytes (the uniform table's, less what the stage holds below the heaviest and
-    what it computes below the slowest), the micro-batches each stage holds, and for items
-    without checkpointing each stage's bytes under block recomputation of N layers."""
-    activation = problem.activation
-    key_rows, item_rows = np.nonzero(activation.valid)
-    per_key = {name: problem.keys[name][key_rows] for name in KEY_COLUMNS}
-    item_codes: dict[str, list[int]] = {}
-    for item in activation.values:
-        codes: dict[str, int] = {}
-        for field, value in item.items():
-            codes.update(registry.technique(field).columns(value))
-        for name, code in codes.items():
-            item_codes.setdefault(name, []).append(code)
-    per_item = {name: np.array(values, dtype=np.int64)[item_rows] for name, values in item_codes.items()}
-    constant = {name: np.full(key_rows.size, code, dtype=np.int64) for name, code in neutral_codes(registry.STATE_FIELDS).items()
-                if name not in per_key and name not in per_item}
-    if "grad_comm_precision" not in constant:
-        constant["grad_comm_precision"] = per_key["precision"]
-    gathered = {**per_key, **per_item, **constant}
-    layout_of = np.stack([problem.keys[name] for name in ("gpu_index", "pipeline_parallel", "first_stage_layers", "last_stage_layers")], axis=1)[key_rows]
-    terms: dict[int, tuple[dict, dict, np.ndarray]] = {}
-    for layout in np.unique(layout_of, axis=0):
-        rows = np.flatnonzero((layout_of == layout).all(axis=1))
-        gpu = problem.gpus[int(layout[0])]
-        case = training_case(problem.workload, gpu.name, problem.space.framework)
-        columns = PlanColumns(**{name: gathered[name][rows] for name in PlanColumns.__dataclass_fields__})
-        values = evaluate_training(case, columns)
-        tokens = ParallelLayout.from_columns(columns).tokens_per_rank(problem.workload.seq_len)
-        stage_bytes = stage_activation_bytes(problem.model, columns, tokens, values["micro_batches"])
-        shares = stage_compute_shares(case.model, gpu, columns, problem.workload.seq_len, case.trainable_fraction, case.compute_overhead_fraction)
-        in_flight = stage_in_flight(columns, values["micro_batches"])
-        table_bytes = activation.memory_bytes[key_rows[rows], item_rows[rows]]
-        table_seconds = activation.time_s[key_rows[rows], item_rows[rows]]
-        extras = table_bytes[:, None] - stage_bytes.max(axis=1, keepdims=True)  # the expert overlap's chunk, as the uniform model adds it
-        stage_memory = stage_bytes + extras
-        stage_seconds = table_seconds[:, None] - values["compute_s"][:, None] * (1.0 - shares)
-        # Megatron's block recomputation of the first N layers of each stage, from rows without checkpointing.
-        plain = np.flatnonzero(columns.checkpoint_kind == CHECKPOINT_NONE)
-        most_layers = max(layers_of_each_stage(problem.model.layers, int(layout[1]), int(layout[2]), int(layout[3])))
-        blocks = {count: stage_activation_bytes(problem.model, _rows(columns, plain), tokens[plain] if np.ndim(tokens) else tokens,
-                                                values["micro_batches"][plain], recomputed_layers=count) + extras[plain]
-                  for count in range(1, most_layers)}
-        block_row = {row: position for position, row in enumerate(plain.tolist())}
-        for row, key, item in zip(range(rows.size), key_rows[rows].tolist(), item_rows[rows].tolist()):
-            seconds_by_item, bytes_by_item, _, block_bytes = terms.setdefault(key, ({}, {}, in_flight[row], {}))
-            seconds_by_item[item] = stage_seconds[row]
-            bytes_by_item[item] = stage_memory[row]
-            if row in block_row:
-                block_bytes[item] = {count: values_of[block_row[row]] for count, values_of in blocks.items()}
-    return terms
-
-
-def _rows(columns: PlanColumns, rows: np.ndarray) -> PlanColumns:
-    return PlanColumns(**{name: np.asarray(getattr(columns, name))[rows] for name in PlanColumns.__dataclass_fields__})
+    """Every base, built (the oracle tests read them; the search builds only its ties)."""
+    return [base for group in _groups(problem) for base in _group_bases(problem, group)]
 
 
 def _answer(problem: Problem, base: _Base, candidates: tuple[int, ...]) -> PerStageAnswer:
@@ -288,17 +282,38 @@ def _answer(problem: Problem, base: _Base, candidates: tuple[int, ...]) -> PerSt
     layout["gpu"] = problem.gpus[int(problem.keys["gpu_index"][key])].name
     layout.update(problem.state.values[base.state_item])
     return PerStageAnswer(key=key, state_item=base.state_item, shared=dict(base.shared), stages=tuple(stages), step_s=step_s,
-                          tokens_per_s=problem.workload.global_batch * problem.workload.seq_len / step_s, layout=layout)
+                          tokens_per_s=problem.workload.global_batch * problem.workload.seq_len / step_s, layout=layout,
+                          plan=_decoded_plan(problem, base, stages[0].checkpointing))
 
 
-def _infeasible_reason(problem: Problem, bases: list[_Base]) -> str:
-    """The base whose tightest stage comes closest to its budget, and that stage."""
-    if not bases:
+def _decoded_plan(problem: Problem, base: _Base, first: str):
+    """The base's plan, decoded as the uniform solver decodes its choice."""
+    from vramopt.optimizer.decode import decode_choice
+    from vramopt.optimizer.oracle import Choice
+
+    shared = dict(base.shared)
+    items = [index for index, item in enumerate(problem.activation.values) if problem.activation.valid[base.key, index]
+             and all(item.get(field) == value for field, value in shared.items())]
+    named = {problem.activation.values[index]["checkpointing"]: index for index in items}
+    item = named.get(first, named.get("none", items[0]))
+    return decode_choice(problem, Choice(key=base.key, state_item=base.state_item, activation_item=item, objective=()))
+
+
+def _infeasible_reason(problem: Problem, groups: list[_Group]) -> str:
+    """The base whose tightest stage comes closest to its budget, and that stage (the first
+    such base in enumeration order: ``stage_model.tightest_stage`` over every base)."""
+    if not groups:
         return "no layout of the space has a well-formed plan"
-    overshoot = []
-    for base in bases:
-        stage, least = tightest_stage(base.stage)
-        overshoot.append((least - base.stage.budget_mib, stage, least, base))
-    excess, stage, least, base = min(overshoot, key=lambda entry: entry[0])
-    return (f"no per-stage plan fits: in the closest layout, stage {stage} of {int(problem.keys['pipeline_parallel'][base.key])} "
-            f"needs at least {least:,} MiB with its leanest checkpointing, {excess:,} MiB over its budget of {base.stage.budget_mib:,} MiB")
+    best = None
+    for group in groups:
+        _, mib = _group_ticks(problem, group)
+        budget = int(problem.budget_mib[group.key])
+        least = mib.min(axis=2)  # (state items, stages)
+        stages = np.argmax(least - budget, axis=1)
+        needs = least[np.arange(least.shape[0]), stages]
+        at = int(np.argmin(needs - budget))
+        if best is None or int(needs[at]) - budget < best[0]:
+            best = (int(needs[at]) - budget, int(stages[at]), int(needs[at]), group.key, budget)
+    excess, stage, least, key, budget = best
+    return (f"no per-stage plan fits: in the closest layout, stage {stage} of {int(problem.keys['pipeline_parallel'][key])} "
+            f"needs at least {least:,} MiB with its leanest checkpointing, {excess:,} MiB over its budget of {budget:,} MiB")
