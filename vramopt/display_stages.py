@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vramopt.units import format_bytes
+
 
 def render_stages(response: Mapping[str, Any]) -> str:
     """The per-stage lines, or '' when the response has no per-stage block."""
@@ -23,8 +25,8 @@ def render_stages(response: Mapping[str, Any]) -> str:
                      f"offload={plan['offload']}")
     for row in block["stages"]:
         lines.append(f"  stage {row['stage']}: {row['layers']} layers, {row['checkpointing']:<10} {row['in_flight_micro_batches']:.3g} "
-                     f"in flight, {row['memory_bytes'] / 2**30:.2f} of {row['budget_bytes'] / 2**30:.2f} GiB "
-                     f"(headroom {row['headroom_bytes'] / 2**30:+.2f} GiB), {row['slot_seconds']:.3f} s; {row['why']}")
+                     f"in flight, {format_bytes(row['memory_bytes'])} of {format_bytes(row['budget_bytes'])} "
+                     f"({format_bytes(row['headroom_bytes'])} to spare), {row['slot_seconds']:.3f} s; {row['why']}")
     if not block["fits"]:
         over = block["not_fitting_stages"]
         lines.append(f"  does not fit: stage{'s' if len(over) > 1 else ''} {', '.join(map(str, over))} over budget" if over else

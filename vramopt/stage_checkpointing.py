@@ -26,6 +26,7 @@ import numpy as np
 from vramopt.costs.stage_plans import layers_of_each_stage, stage_activation_bytes, stage_compute_shares, stage_in_flight
 from vramopt.errors import InputError
 from vramopt.types import MAX_COUNT, TrainingPlan, TrainingWorkload
+from vramopt.units import format_bytes, micro_batches_phrase
 
 BLOCK_PREFIX = "block:"
 
@@ -138,8 +139,8 @@ def estimate_stages(workload: TrainingWorkload, plan: TrainingPlan, stages: tupl
         in_flight = float(evaluations["none" if value.startswith(BLOCK_PREFIX) else value]["in_flight"][stage])
         fits = memory <= budget
         why = whys[stage] if whys is not None else (
-            f"holds {in_flight:.3g} micro-batches in flight; {memory / 2**30:.2f} GiB of the {budget / 2**30:.2f} GiB budget"
-            + ("" if fits else f": {(memory - budget) / 2**30:.2f} GiB over, does not fit"))
+            f"holds {micro_batches_phrase(in_flight)} in flight; {format_bytes(memory)} of the {format_bytes(budget)} budget"
+            + ("" if fits else f": {format_bytes(memory - budget)} over, does not fit"))
         rows.append({"stage": stage, "layers": layers, "checkpointing": value, "in_flight_micro_batches": in_flight,
                      "memory_bytes": memory, "budget_bytes": budget, "headroom_bytes": budget - memory,
                      "headroom_fraction": 1.0 - memory / capacity, "fits": bool(fits), "slot_seconds": seconds, "why": why})

@@ -80,3 +80,8 @@ def format_bytes(value_bytes: float) -> str:
     if abs(value_bytes) >= BYTES_PER_MB:
         return f"{value_bytes / BYTES_PER_MB:.1f} MB"
     return f"{value_bytes:.0f} B"
+
+
+def micro_batches_phrase(count: float) -> str:
+    """'1 micro-batch', '2 micro-batches', '1.5 micro-batches' (a count of micro-batches in flight)."""
+    return f"{count:.3g} micro-batch" + ("" if float(count) == 1.0 else "es")

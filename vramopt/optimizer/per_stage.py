@@ -39,7 +39,7 @@ from vramopt.optimizer.problem import Problem, build_problem
 from vramopt.optimizer.stage_groups import Group as _Group, stage_groups as _groups, state_front
 from vramopt.optimizer.stage_model import StageBase, solve_stages
 from vramopt.optimizer.tables import KEY_COLUMNS
-from vramopt.units import BYTES_PER_MIB
+from vramopt.units import BYTES_PER_MIB, format_bytes, micro_batches_phrase
 
 MAX_STAGE_LITERALS = 20_000_000
 """Most (base, stage, candidate) rows a per-stage search tables before its bound closes; a
@@ -264,14 +264,14 @@ def _answer(problem: Problem, base: _Base, candidates: tuple[int, ...]) -> PerSt
         else:
             candidate_before = candidate - 1 if candidate else None
         if candidate == 0:
-            why = f"holds {base.in_flight[stage]:.3g} micro-batches in flight and fits with {names[0]}"
+            why = f"holds {micro_batches_phrase(base.in_flight[stage])} in flight and fits with {names[0]}"
         elif not fitting:
             recomputes = f"recomputes {min(count, counts[stage])} of its {counts[stage]} layers, the fewest that fit; " if name.startswith("block:") else ""
-            why = (f"holds {base.in_flight[stage]:.3g} micro-batches in flight: {recomputes}{names[candidate_before]} would need "
-                   f"{(base.memory_bytes[stage, candidate_before] + constant_bytes) / 2**30:.2f} GiB of the {budget_bytes / 2**30:.2f} GiB budget")
+            why = (f"holds {micro_batches_phrase(base.in_flight[stage])} in flight: {recomputes}{names[candidate_before]} would need "
+                   f"{format_bytes(base.memory_bytes[stage, candidate_before] + constant_bytes)} of the {format_bytes(budget_bytes)} budget")
         else:  # a lighter candidate that fits is slower here than the step the slowest stage sets
             lighter = fitting[-1]
-            why = (f"{names[lighter]} fits ({(base.memory_bytes[stage, lighter] + constant_bytes) / 2**30:.2f} GiB) but would make this stage "
+            why = (f"{names[lighter]} fits ({format_bytes(base.memory_bytes[stage, lighter] + constant_bytes)}) but would make this stage "
                    f"the slowest ({base.seconds[stage, lighter]:.3f} s)")
         stages.append(StagePlan(stage=stage, layers=counts[stage], checkpointing=names[candidate],
                                 in_flight_micro_batches=float(base.in_flight[stage]),
