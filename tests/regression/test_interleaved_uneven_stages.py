@@ -133,3 +133,14 @@ def test_the_interleaving_rule_agrees_with_megatron_cores_layer_builder():
         assert megatron_runs == accepted, (layers, stages, first, last, chunks, counts, forms)
         checked += 1
     assert checked > 50
+
+
+def test_deepspeed_note_names_the_megatron_flags_that_run_the_plan():
+    """issue 14 item 3: DeepSpeed cannot run uneven stages (no per-stage counts, plain 1F1B);
+    its export's note points to the Megatron-LM flags that do, the account-for form here."""
+    from vramopt.exporters.deepspeed import deepspeed_config
+
+    response = estimate_training(WORKLOAD, TrainingPlan(**LLAMA3_405B, virtual_stages=2)).to_dict()
+    notes = " ".join(deepspeed_config(response).notes)
+    assert "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split" in notes
+    assert "--decoder-first-pipeline-num-layers" not in notes

@@ -97,10 +97,12 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     first, last = draft.plan.get("first_stage_layers", 0), draft.plan.get("last_stage_layers", 0)
     if not first and not last:
         return []
+    slot_flags = megatron_slot_flags(draft.model["layers"], draft.plan)
+    megatron = (" ".join(slot_flags) if slot_flags is not None else
+                f"--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'}")
     return [f"uneven pipeline stages (first stage {first or 'as the middle'}, last stage {last or 'as the middle'} layers): "
             "DeepSpeed's PipelineModule takes no per-stage layer counts (partition_method 'parameters', 'uniform' or "
-            "'type:<regex>'); build the stages yourself or run the plan with Megatron-LM "
-            f"(--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'})"]
+            f"'type:<regex>'); build the stages yourself or run the plan with Megatron-LM ({megatron})"]
 
 
 def torchtitan_stage_split(layers: int, plan: Mapping[str, Any]) -> tuple[int, int, int]:
