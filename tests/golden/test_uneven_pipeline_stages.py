@@ -8,7 +8,8 @@ differences are explained in docs/cost-model.md ("Uneven pipeline stages").
 - Llama 3 405B, Dubey et al. 2024 (arXiv 2407.21783) Table 4: 8,192 H100 at TP8 CP1 PP16
   DP64 and 16,384 at DP128, sequence 8,192, 16M-token batches (2,048 sequences), 430 and
   400 TFLOP/s per GPU (BF16 MFU 43% and 41%); section 3.3.2: one layer fewer on the first
-  and the last stage, so 126 layers as 7 + 14 x 8 + 7.
+  and the last stage, so 126 layers as 7 + 14 x 8 + 7 (with an interleaved schedule:
+  Megatron-Core's embedding and loss slots, 128 = 16 stages x chunks).
 - DeepSeek-V3 technical report (arXiv 2412.19437) section 3.1-3.2: 2,048 H800, 16-way
   pipeline (DualPipe), 64-way expert parallelism, ZeRO-1 data parallelism, no tensor
   parallelism, FP8; section 4.2: sequence 4K, batch 15,360 sequences; 180K H800 GPU-hours per
@@ -29,9 +30,15 @@ H100_BF16_PEAK_TFLOPS = 989.5
 
 LLAMA3_TABLE4 = [
     # (GPUs, data parallel, published TFLOP/s per GPU, error recorded %)
-    (8192, 64, 430.0, -36.9),
-    (16384, 128, 400.0, -48.8),
+    (8192, 64, 430.0, -18.3),
+    (16384, 128, 400.0, -21.2),
 ]
+"""Recorded -36.9% / -48.8% while the split could only run plain 1F1B (its 7-layer ends are
+odd); with Megatron-Core's embedding/loss slots (--account-for-embedding/loss-in-pipeline-split,
+costs/pipeline_stages.embedding_loss_slots) the search interleaves it: 4 chunks, a bubble of
+(p - 1) / 4 micro-batch slots instead of p - 1 (at 2 chunks, the issue's reading of section
+3.3.2: -25.4% / -33.0%). Still short: the plan recomputes every layer (every:1), the only
+recomputation that fits in vramopt's activation model at 16 micro-batches in flight."""
 TOLERANCE_POINTS = 3.0
 
 
@@ -44,6 +51,7 @@ def test_llama3_405b_table4_rows_are_expressible_and_stay_at_their_recorded_erro
     plan = response["plan"]
     assert response["solver"]["status"] == "optimal" and response["memory"]["fits"]
     assert (plan["data_parallel"], plan["first_stage_layers"], plan["last_stage_layers"]) == (data_parallel, 7, 7)
+    assert plan["virtual_stages"] == 4
     model_tflops = response["throughput"]["mfu"] * H100_BF16_PEAK_TFLOPS
     error = (model_tflops - published) / published * 100
     assert abs(error - recorded) <= TOLERANCE_POINTS, f"{gpus} GPUs: {model_tflops:.0f} TFLOP/s, {error:+.1f}% (recorded {recorded:+.1f}%)"

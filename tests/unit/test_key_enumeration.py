@@ -100,7 +100,7 @@ def with_interleaving(rows: list[tuple], model, workload, context, choices) -> l
     """The frozen rows, each followed by its virtual-stage counts (issue 18 item 2: a key field
     since then, enumerated last): every count of the domain that divides each stage's layers
     (Megatron-Core 0.16.1 transformer_block.get_num_layers_to_build, TransformerConfig's
-    first/last-stage checks), with a pipeline and a micro-batch count divisible by pp, written
+    first/last-stage checks) or the embedding/loss-slot form, with a pipeline and a micro-batch count divisible by pp, written
     here from the rule, not from the generated code; the columns in ``KEY_COLUMNS`` order."""
     chunks_domain = domain("virtual_stages", context, choices)
     names = ("gpu_index",) + FROZEN_COLUMNS
@@ -111,9 +111,16 @@ def with_interleaving(rows: list[tuple], model, workload, context, choices) -> l
         middle_stages = p - (first > 0) - (last > 0)
         middle = (model.layers - first - last) // middle_stages if middle_stages > 0 else 0
         counts = [first or middle, last or middle] + ([middle] if middle_stages > 0 else [])
+        # Each stage's count, first to last; the account-for form (issue 14 item 3: the embedding
+        # and the loss each take a slot, so (layers + slots) / p = c per stage, c divisible by v,
+        # and the first / last stage hold c - 1 where their slot is counted).
+        stages = [first or middle] + [middle] * max(p - 2, 0) + ([last or middle] if p > 1 else [])
+        full = max(stages)
         micro_batches = workload.global_batch // (named["data_parallel"] * named["micro_batch"])
         for chunks in chunks_domain:
-            if chunks == 1 or (p > 1 and all(count % chunks == 0 for count in counts) and micro_batches % p == 0):
+            slots_form = (full % chunks == 0 and all(count == full for count in stages[1:-1])
+                          and stages[0] in (full, full - 1) and stages[-1] in (full, full - 1))
+            if chunks == 1 or (p > 1 and (all(count % chunks == 0 for count in counts) or slots_form) and micro_batches % p == 0):
                 named["virtual_stages"] = chunks
                 expanded.append(tuple(named[name] for name in ("gpu_index",) + KEY_COLUMNS))
     return expanded

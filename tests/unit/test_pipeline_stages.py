@@ -133,8 +133,13 @@ def test_checkpoint_every_k_and_virtual_stages_must_divide_every_stage():
     plan = dict(gpu="h100", gpus=128, tensor_parallel=8, pipeline_parallel=16, sequence_parallel=True, zero_stage=1,
                 first_stage_layers=7, last_stage_layers=7)
     estimate_training(workload, TrainingPlan(**plan, checkpointing="every:1"))
+    # 7 is odd, but 7 + 14 x 8 + 7 is the embedding/loss-slot form (128 slots = 16 x 2 x 4):
+    # Megatron runs 2 and 4 chunks with --account-for-*-in-pipeline-split, not 3 (8 % 3).
+    estimate_training(workload, TrainingPlan(**plan, virtual_stages=2))
     with pytest.raises(InputError, match="virtual_stages > 1 needs"):
-        estimate_training(workload, TrainingPlan(**plan, virtual_stages=2))  # 7 is odd: Megatron refuses VPP 2
+        estimate_training(workload, TrainingPlan(**plan, virtual_stages=3))
+    with pytest.raises(InputError, match="virtual_stages > 1 needs"):  # 6 + 14 x 8 + 8: two short of 8
+        estimate_training(workload, TrainingPlan(**dict(plan, first_stage_layers=6, last_stage_layers=0), virtual_stages=4))
     with pytest.raises(InputError, match="checkpointing every k"):
         estimate_training(workload, TrainingPlan(**plan, checkpointing="every:8"))  # above the 7-layer ends
 

@@ -21,6 +21,8 @@ from vramopt.constraints.technique import DomainContext, PlanField, Technique, p
 from vramopt.constraints.key_domain import KeyDomain
 from vramopt.costs.compute import slowest_stage_operator_seconds
 from vramopt.costs.pipeline_stages import (
+    divides_every_stage,
+    embedding_loss_slots,
     heaviest_weight_stage,
     is_valid_split,
     pipeline_degrees,
@@ -95,10 +97,12 @@ def _deepspeed(draft: ExportDraft) -> list[str]:
     first, last = draft.plan.get("first_stage_layers", 0), draft.plan.get("last_stage_layers", 0)
     if not first and not last:
         return []
+    slot_flags = megatron_slot_flags(draft.model["layers"], draft.plan)
+    megatron = (" ".join(slot_flags) if slot_flags is not None else
+                f"--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'}")
     return [f"uneven pipeline stages (first stage {first or 'as the middle'}, last stage {last or 'as the middle'} layers): "
             "DeepSpeed's PipelineModule takes no per-stage layer counts (partition_method 'parameters', 'uniform' or "
-            "'type:<regex>'); build the stages yourself or run the plan with Megatron-LM "
-            f"(--decoder-first-pipeline-num-layers {first or '-'} --decoder-last-pipeline-num-layers {last or '-'})"]
+            f"'type:<regex>'); build the stages yourself or run the plan with Megatron-LM ({megatron})"]
 
 
 def torchtitan_stage_split(layers: int, plan: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -126,9 +130,32 @@ def _torchtitan(index: int, flag: str):
     return export
 
 
+def megatron_slot_flags(layers: int, plan: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The account-for flags that express an interleaved plan whose ends hold one layer fewer
+    than v divides (``embedding_loss_slots``), or None when the decoder-first/last counts do
+    (every stage divisible by v, or no interleaving). Megatron-Core refuses the two forms
+    together (transformer_config.py ``__post_init__``), so one end's form is the plan's."""
+    pipeline, virtual = plan["pipeline_parallel"], plan.get("virtual_stages", 1)
+    first, last = int(plan.get("first_stage_layers", 0) or 0), int(plan.get("last_stage_layers", 0) or 0)
+    if virtual <= 1 or (not first and not last) or bool(divides_every_stage(layers, pipeline, first, last, virtual)):
+        return None
+    interleaves, embedding, loss = (bool(value) for value in embedding_loss_slots(layers, pipeline, first, last, virtual))
+    if not interleaves:
+        return None  # an invalid plan: its validity rule has refused it already
+    return tuple(flag for flag, counted in ((EMBEDDING_FLAG, embedding), (LOSS_FLAG, loss)) if counted)
+
+
+EMBEDDING_FLAG, LOSS_FLAG = "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"
+
+
 def _megatron(field: str, megatron_flag: str):
     def export(draft: ExportDraft) -> list[str]:
-        if draft.plan.get(field):  # 0: as a middle stage, Megatron's default
+        slot_flags = megatron_slot_flags(draft.model["layers"], draft.plan)
+        if slot_flags is not None:
+            if field == STAGE_FIELDS[0]:  # both flags written once, by the first stage's field
+                for flag in slot_flags:
+                    draft.argument(flag)
+        elif draft.plan.get(field):  # 0: as a middle stage, Megatron's default
             draft.argument(megatron_flag, draft.plan[field])
         return []
 

@@ -13,7 +13,9 @@ model chunk and asserts that v divides the layers of the stage
 (megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``; with uneven first
 and last stages ``TransformerConfig.__post_init__`` in transformer_config.py checks the first,
 the last and each middle stage's count), so every divisor of the stage's layers is a schedule it
-runs. The micro-batch count is held to a multiple of pp (Narayanan et al. 2021 section 2.2.2;
+runs. With ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
+the first (last) stage may hold one layer fewer than the others and v need divide only the others'
+count (costs/pipeline_stages.embedding_loss_slots: Llama 3 405B's 7 + 14 x 8 + 7 with 2 chunks). The micro-batch count is held to a multiple of pp (Narayanan et al. 2021 section 2.2.2;
 Megatron-Core 0.16.1's schedules.py accepts a remainder of 0 or >= pp with its default group of
 pp micro-batches, a superset vramopt does not search).
 """
@@ -30,7 +32,7 @@ from vramopt.constraints.parallelism import KORTHIKANTI, NARAYANAN, TRAINING_ONL
 from vramopt.constraints.parallelism_exports import _megatron_virtual_stages, _torchtitan_virtual_stages, _virtual_stages_notes
 from vramopt.constraints.technique import PlanField, Technique, parse_int
 from vramopt.costs.memory import in_flight_micro_batches
-from vramopt.costs.pipeline_stages import divides_every_stage
+from vramopt.costs.pipeline_stages import counts_interleave, interleaves_every_stage, pipeline_degrees, stage_count_sets
 from vramopt.parallel_layout import LAYOUT_COLUMNS, ParallelLayout
 
 
@@ -43,7 +45,7 @@ def _virtual_stage_candidates(request: KeyRequest, pipeline_parallel: int, first
     (tests/regression/test_interleaving_domain.py)."""
     counts = tuple(
         chunks for chunks in request.resolve("virtual_stages")
-        if chunks == 1 or (pipeline_parallel > 1 and bool(divides_every_stage(
+        if chunks == 1 or (pipeline_parallel > 1 and bool(interleaves_every_stage(
             request.model.layers, pipeline_parallel, first_stage_layers, last_stage_layers, chunks)))
     )
     if request.fit_only and len(counts) > 2:
@@ -75,10 +77,21 @@ def virtual_stages_invalid_reasons(case, columns) -> dict[str, Any]:
     p, v = columns.pipeline_parallel, columns.virtual_stages
     micro_batches = ParallelLayout.from_columns(columns).micro_batches(case.global_batch, columns.micro_batch)
     return {
-        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it, and micro-batches divisible by pipeline_parallel": (v > 1)
-        & ((p == 1) | ~divides_every_stage(case.model.layers, p, columns.first_stage_layers, columns.last_stage_layers, v)
+        "virtual_stages > 1 needs pipeline_parallel > 1, layers per stage divisible by it (the first and last stage may hold one layer fewer, for the embedding and the loss), and micro-batches divisible by pipeline_parallel": (v > 1)
+        & ((p == 1) | ~interleaves_every_stage(case.model.layers, p, columns.first_stage_layers, columns.last_stage_layers, v)
            | (np.round(micro_batches) % p != 0)),
     }
+
+
+def _default_counts(layers: int, max_gpus: int) -> tuple[int, ...]:
+    """1, 2 and 4 where they split the stages of some default pipeline degree's split
+    (``counts_interleave``: the layers, or the stages of an uneven split, whose ends may hold
+    one layer fewer). Llama 3 405B's 126 layers take 4 on 16 stages of 7 + 14 x 8 + 7, though 4
+    does not divide 126; it and Qwen3-235B-A22B's 94 layers (4 on 8 stages of 11 + 6 x 12 + 11)
+    are the only catalog models that gain a count over 'divides the layers'."""
+    sets = [counts for degree, counts in stage_count_sets(layers, pipeline_degrees(layers, max_gpus)) if degree > 1]
+    return tuple(count for count in (1, 2, 4)
+                 if count == 1 or count in divisors(layers) or any(counts_interleave(counts, count) for counts in sets))
 
 
 VIRTUAL_STAGES = Technique(
@@ -86,7 +99,7 @@ VIRTUAL_STAGES = Technique(
     group="key",
     description="interleaved pipeline: model chunks per GPU",
     parse=parse_int("virtual_stages", 1),
-    default_values=lambda context: tuple(count for count in (1, 2, 4) if count in divisors(context.layers)),
+    default_values=lambda context: _default_counts(context.layers, context.max_gpus),
     columns=lambda value: {"virtual_stages": value},
     decode=lambda codes: int(codes["virtual_stages"]),
     key_domain=VIRTUAL_STAGES_KEY,

@@ -16,9 +16,10 @@ Why the ends get fewer layers: the first stage also holds the input embedding an
 output head and runs the head GEMM and the loss (Llama 3 405B: 126 layers over 16 stages,
 one layer fewer on the first and the last, Dubey et al. 2024 section 3.3.2). Megatron's
 alternative, ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-
-pipeline-split``, counts the embedding and the loss as one layer each in an even split: it
-is the same as a first or last stage one layer short, so vramopt expresses it with these two
-fields and does not search it separately.
+pipeline-split``, counts the embedding and the loss as one layer each in an even split: its
+stages hold what a first or last stage one layer short holds, so vramopt expresses it with
+these two fields; it differs in how the chunks of an interleaved schedule divide the ends
+(``embedding_loss_slots``: 7 + 14 x 8 + 7 runs 2 or 4 chunks that way, not with the counts).
 
 Costs (the heaviest stage sets memory and time, ``costs/memory.py``,
 ``costs/operators.py``):
@@ -180,6 +181,40 @@ def divides_every_stage(model_layers, pipeline_parallel, first_stage_layers, las
     return (first % divisor == 0) & (last % divisor == 0) & ((middle_stages <= 0) | (middle % divisor == 0))
 
 
+def embedding_loss_slots(model_layers, pipeline_parallel, first_stage_layers, last_stage_layers, virtual_stages):
+    """(interleaves, embedding_counted, loss_counted): the plans whose stage split is
+    Megatron-Core's ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` form for ``virtual_stages`` chunks, and which end
+    counts its module as a layer.
+
+    Megatron-Core core_v0.16.1 (transformer_config.py ``TransformerConfig.__post_init__``, the
+    ``elif account_for_...`` branch; transformer_block.py ``get_num_layers_to_build``): the
+    embedding and the loss each take one layer slot, layers + slots must divide by pp, each
+    stage's share c = (layers + slots) / pp by v, and the first (last) model chunk of the first
+    (last) stage builds one layer fewer (``num_layers_to_build -= 1``, at least 0). So every
+    stage holds c layers but the ends, which hold c or c - 1, and the chunks need not divide
+    the ends' counts: Llama 3 405B's 126 layers + 2 = 128 = 16 stages x 2 chunks x 4 layers
+    (stage 0: 3 + 4, stage 15: 4 + 3). The flags cannot be combined with the decoder-first/last
+    counts (the same ``__post_init__`` raises), so a split is one form or the other."""
+    first, middle, last, _ = stage_layers(model_layers, pipeline_parallel, first_stage_layers, last_stage_layers)
+    inner = np.asarray(pipeline_parallel) > 2  # at pp 2 the "middle" count is the last stage's
+    full = np.maximum(np.maximum(first, last), np.where(inner, middle, 0))
+    chunks = np.maximum(np.asarray(virtual_stages), 1)
+    embedding_counted, loss_counted = first == full - 1, last == full - 1
+    interleaves = ((np.asarray(pipeline_parallel) > 1) & (full % chunks == 0) & (full >= 1)
+                   & ((first == full) | embedding_counted) & ((last == full) | loss_counted)
+                   & (~inner | (middle == full)))
+    return interleaves, embedding_counted, loss_counted
+
+
+def interleaves_every_stage(model_layers, pipeline_parallel, first_stage_layers, last_stage_layers, virtual_stages) -> np.ndarray:
+    """Whether Megatron-Core runs ``virtual_stages`` chunks on this stage split: every stage's
+    layers divisible by v (the decoder-first/last form, ``divides_every_stage``) or the
+    embedding/loss-slot form (``embedding_loss_slots``)."""
+    return divides_every_stage(model_layers, pipeline_parallel, first_stage_layers, last_stage_layers, virtual_stages) | (
+        embedding_loss_slots(model_layers, pipeline_parallel, first_stage_layers, last_stage_layers, virtual_stages)[0])
+
+
 def uneven_invalid_reasons(layers: int, columns) -> dict[str, np.ndarray]:
     """Megatron-Core's rules on a first/last stage assignment (the even split's rule,
     'pipeline_parallel must divide the layers', is the layout's)."""
@@ -258,6 +293,14 @@ def stage_count_sets(layers: int, degrees) -> list[tuple[int, set[int]]]:
             head, middle, tail, _ = (int(value) for value in stage_layers(layers, degree, first, last))
             sets.append((degree, {head, tail} | ({middle} if degree > 2 else set()) if degree > 1 else {layers}))
     return sets
+
+
+def counts_interleave(counts, chunks: int) -> bool:
+    """Whether a default split with these stage layer counts (``stage_count_sets``: its middle
+    stages hold the most) runs ``chunks`` virtual stages: each count divisible by it, or the
+    largest divisible and the ends at most one layer short (``embedding_loss_slots``)."""
+    full = max(counts)
+    return all(count % chunks == 0 for count in counts) or (full % chunks == 0 and all(count >= full - 1 for count in counts))
 
 
 def pipeline_degrees(layers: int, max_gpus: int) -> tuple[int, ...]:

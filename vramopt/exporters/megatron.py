@@ -37,6 +37,7 @@ MODEL_ARGUMENTS = "model"
 ARGUMENT_ORDER = (
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
     "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--sequence-parallel", MODEL_ARGUMENTS,
     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--moe-token-dispatcher-type",
     "--micro-batch-size", "--global-batch-size",

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from vramopt.costs.pipeline_stages import pipeline_degrees, stage_count_sets, stage_splits
+from vramopt.costs.pipeline_stages import counts_interleave, pipeline_degrees, stage_count_sets, stage_splits
 from vramopt.constraints import registry
 from vramopt.constraints.mig import NO_MIG
 from vramopt.constraints.parallelism import divisors, gpu_counts
@@ -296,9 +296,9 @@ def _training_chain(chain: _Chain, model: ModelSpec, gpu: GpuSpec, space: Search
         if not deep:
             return "not valid: an interleaved pipeline needs pipeline_parallel > 1, and pipeline_parallel can only be 1"
         deep_sets = [counts for degree, counts in degree_stage_sets if degree > 1]
-        if not any(all(count % chunks == 0 for count in counts) for counts in deep_sets):
+        if not any(counts_interleave(counts, chunks) for counts in deep_sets):
             deep_counts = sorted({count for counts in deep_sets for count in counts}, reverse=True)
-            return (f"not valid: the layers of a stage must split into that many chunks, and {model.name}'s stages have "
+            return (f"not valid: the layers of a stage must split into that many chunks (the ends may hold one layer fewer), and {model.name}'s stages have "
                     f"{listing(deep_counts)} layers (pipeline_parallel {listing(deep)})")
         return None
 
