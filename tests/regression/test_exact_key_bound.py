@@ -52,13 +52,17 @@ def test_each_keys_fewest_fitting_ticks_equal_brute_force(workload, space):
     np.testing.assert_array_equal(problem.state.time_ticks[rows, state_item[rows]] + best_activation, ticks[rows])
 
 
+@pytest.mark.parametrize("probe_keys", [1, 64])
 @pytest.mark.parametrize(("workload", "space"), CASES)
-def test_the_cp_model_holds_exactly_the_keys_that_reach_the_primary_optimum(workload, space):
+def test_the_cp_model_holds_exactly_the_keys_that_reach_the_primary_optimum(workload, space, probe_keys, monkeypatch):
     """issue 18 item 3: the ties are the keys whose brute-force best primary objective is the
-    optimum's (so none that could hold the optimum is dropped), and the optimum is among them."""
+    optimum's (so none that could hold the optimum is dropped), and the optimum is among them,
+    whatever number of probe keys bounds the exact scan."""
     pytest.importorskip("ortools")
+    from vramopt.optimizer import prune
     from vramopt.optimizer.solve import build_model, solve_cp
 
+    monkeypatch.setattr(prune, "EXACT_PROBE_KEYS", probe_keys)
     problem = build_problem(workload, space)
     reduced = reduce(problem)
     optimum = solve_exhaustive(problem)

@@ -30,18 +30,25 @@ from vramopt.optimizer.ticks import UNREACHABLE
 @dataclass(frozen=True, slots=True)
 class Reduced:
     keys: np.ndarray
-    """Surviving key indices."""
+    """Key indices left by the key bounds (step 2): the candidates the answer reports."""
+    ties: np.ndarray
+    """Key indices whose exact best primary objective is ``primary`` (step 3): the only keys
+    that can hold the optimum, in the fixed order."""
     state_front: np.ndarray
-    """[surviving keys, state items] bool."""
+    """[ties, state items] bool: each tie key's Pareto front."""
     activation_front: np.ndarray
     hint: tuple[int, int, int] | None
     """(key, state item, activation item) of a plan reaching ``primary`` (the first tie
-    key's fastest fitting pair), for the solver's hint."""
-    ties: np.ndarray | None = None
-    """Survivors whose exact best primary objective is ``primary``: the only keys that can
-    hold the optimum (positions into ``keys``)."""
+    key's fastest fitting pair), for the solver's hint; None without ties."""
     primary: int | None = None
     """The optimum's primary objective (the first component of ``objective.components``)."""
+
+
+EXACT_PROBE_KEYS = 64
+"""Keys of least lower bound whose exact optima are computed first: the best of them bounds
+the optimum from above, tighter than the greedy pairs, so that the exact scan runs on the
+keys whose lower bound reaches it only (assumption: a few dozen, the keys the lower bound
+ranks first, usually hold or nearly reach the optimum; any count is exact)."""
 
 
 def pareto_front(table: ItemTable, keys: np.ndarray) -> np.ndarray:
@@ -190,16 +197,31 @@ def reduce(problem) -> Reduced:
         lower_primary = gpus
         upper_primary = np.where(feasible & (upper <= bound), gpus, UNREACHABLE)
 
+    items = (state.valid.shape[1], activation.valid.shape[1])
     if not feasible.any():
-        return Reduced(keys[:0], np.zeros((0, state.valid.shape[1]), bool), np.zeros((0, activation.valid.shape[1]), bool), None)
+        return _without_ties(keys[:0], items)
     best_upper = upper_primary.min()
     survivors = keys[feasible & (lower_primary <= best_upper)]
 
-    ticks, best_state = fitting_min_ticks(problem, survivors)
-    primary = primary_of_ticks(problem, survivors, ticks)
+    # The exact optima of the keys the lower bound ranks first bound the optimum from above;
+    # only the keys whose lower bound reaches that need their own.
+    ranked = survivors[np.argsort(lower_primary[survivors], kind="stable")]
+    probe = ranked[:EXACT_PROBE_KEYS]
+    probe_best = int(primary_of_ticks(problem, probe, fitting_min_ticks(problem, probe)[0]).min())
+    if probe_best < UNREACHABLE:
+        ranked = ranked[lower_primary[ranked] <= probe_best]
+    scanned = np.sort(ranked)
+    ticks, best_state = fitting_min_ticks(problem, scanned)
+    primary = primary_of_ticks(problem, scanned, ticks)
     best = int(primary.min())
     if best >= UNREACHABLE:  # every fitting plan breaks the step-time bound
-        return Reduced(survivors, pareto_front(state, survivors), pareto_front(activation, survivors), None, ties=survivors[:0])
-    ties = np.flatnonzero(primary == best)
-    hint = _fastest_fitting_pair(problem, int(survivors[ties[0]]), int(best_state[ties[0]]))
-    return Reduced(survivors, pareto_front(state, survivors), pareto_front(activation, survivors), hint, ties, best)
+        return _without_ties(survivors, items)
+    reaching = np.flatnonzero(primary == best)
+    ties = scanned[reaching]
+    hint = _fastest_fitting_pair(problem, int(ties[0]), int(best_state[reaching[0]]))
+    return Reduced(survivors, ties, pareto_front(state, ties), pareto_front(activation, ties), hint, best)
+
+
+def _without_ties(survivors: np.ndarray, items: tuple[int, int]) -> Reduced:
+    """No key reaches a plan: an infeasible problem."""
+    return Reduced(survivors, survivors[:0], np.zeros((0, items[0]), bool), np.zeros((0, items[1]), bool), None)

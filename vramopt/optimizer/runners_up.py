@@ -51,7 +51,8 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
     # Each key's exact best primary objective: masking a value only removes candidates, so
     # the unmasked optimum of a key bounds its masked one from below.
     every_key = np.arange(problem.key_count)
-    lower = primary_of_ticks(problem, every_key, fitting_min_ticks(problem, every_key)[0])
+    needed = count > 0 or len(problem.gpus) > 1  # other_gpu_types reads them with several GPU types only
+    lower = primary_of_ticks(problem, every_key, fitting_min_ticks(problem, every_key)[0]) if needed else None
     for field in runner_up_fields(problem.kind) if count > 0 else ():
         masked, keys = _without(problem, field, chosen_values[field])
         choice = best_in_keys_by_bound(masked, keys, lower)

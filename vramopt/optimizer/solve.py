@@ -50,8 +50,7 @@ class CpOutcome:
 def build_model(problem: Problem, reduced) -> CpVariables:
     """The CP model of one reduced problem over its tie keys: variables, constraint
     families, the hint."""
-    ties = reduced.ties
-    model = CpVariables(problem, reduced.keys[ties], reduced.state_front[ties], reduced.activation_front[ties])
+    model = CpVariables(problem, reduced.ties, reduced.state_front, reduced.activation_front)
     add_one_plan(model)
     add_memory_headroom(model)
     add_throughput_target(model)
