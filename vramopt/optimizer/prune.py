@@ -110,9 +110,9 @@ def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     laid end to end (each row offset past the previous one's largest value)."""
     state, activation = problem.state, problem.activation
     count = len(keys)
-    budget = problem.budget_mib[keys]
     valid = activation.valid[keys]
-    cap = max(int(budget.max(initial=0)), 0) + 1  # above every leftover budget: never fits
+    leftover = problem.budget_mib[keys][:, None] - state.memory_mib[keys]
+    cap = max(int(leftover.max(initial=0)), 0) + 1  # above every leftover budget: never fits
     memory = np.where(valid, np.minimum(activation.memory_mib[keys], cap), cap)
     low = min(int(memory.min(initial=0)), 0)
     order = np.argsort(memory, axis=1, kind="stable")
@@ -120,7 +120,7 @@ def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     fastest = np.minimum.accumulate(np.take_along_axis(np.where(valid, activation.time_ticks[keys], UNREACHABLE), order, axis=1), axis=1)
     width = cap - low + 2
     offset = (np.arange(count, dtype=np.int64) * width - low)[:, None]
-    leftover = np.clip(budget[:, None] - state.memory_mib[keys], low - 1, cap)
+    leftover = np.maximum(leftover, low - 1)  # below every item: none fits, and the row stays inside its offset band
     items = activation.valid.shape[1]
     fitting = np.searchsorted((sorted_memory + offset).ravel(), (leftover + offset).ravel(), side="right").reshape(leftover.shape)
     fitting -= np.arange(count, dtype=np.int64)[:, None] * items
