@@ -100,8 +100,8 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
         return CpOutcome(None, "infeasible", 0.0, len(reduced.keys), 0)
     model = build_model(problem, reduced)
     stages = stage_expressions(model)
-    # The first stage's optimum is the pruning's exact best: fixed, and its plan is the
-    # choice until a tie-break stage finds the optimum's.
+    # The first stage's optimum is the pruning's exact best: fixed, not solved (the pruning's
+    # plan reaching it stands only for an objective without tie-breaks, which none is).
     stages[0].minimize_in(model.cp)
     fix_unreachable(model, reduced.primary)
     stages[0].fix_in(model.cp, reduced.primary)
@@ -118,13 +118,20 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     for index, expression in enumerate(stages[1:], start=1):
         check_cancelled()
         remaining = time_limit_s - (time.perf_counter() - started)
+        # The time limit bounds the search as a whole: out of time before CP-SAT has a plan of
+        # its own, there is none to report (the pruning's plan is not a tie-broken answer).
         if remaining <= 0:
+            if index == 1:
+                return CpOutcome(None, "timed_out", 1.0, len(reduced.keys), model.count())
             status = "feasible"
             break
         expression.minimize_in(model.cp)
         solver.parameters.max_time_in_seconds = remaining
         result = run_solver(solver, model.cp)  # raises Interrupted rather than report a stopped search
         if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if index == 1:
+                return CpOutcome(None, STATUS_NAMES.get(result, "unknown"), 0.0 if result == cp_model.INFEASIBLE else 1.0,
+                                 len(reduced.keys), model.count())
             status = "feasible"
             break
         value = int(round(solver.objective_value))
