@@ -17,7 +17,7 @@ from vramopt.optimizer.cp_capacity import add_memory_headroom, add_one_plan, add
 from vramopt.optimizer.cp_objective import stage_expressions
 from vramopt.optimizer.cp_variables import CpVariables
 from vramopt.optimizer.problem import build_problem
-from vramopt.optimizer.prune import reduce
+from vramopt.optimizer.prune import pareto_front, reduce
 from vramopt.types import SearchSpace, TrainingWorkload
 
 
@@ -84,7 +84,9 @@ def test_bulk_model_is_the_per_literal_model(workload, space):
     assert reduced.keys.size
     built = []
     for variables_class, capacity in ((CpVariables, None), (FrozenVariables, frozen_capacity)):
-        variables = variables_class(problem, reduced.keys, reduced.state_front, reduced.activation_front)
+        # Every key left by the key bounds, not only the ties the solver's model holds: a model of many keys.
+        variables = variables_class(problem, reduced.keys, pareto_front(problem.state, reduced.keys),
+                                    pareto_front(problem.activation, reduced.keys))
         if capacity is None:
             add_one_plan(variables)
             add_memory_headroom(variables)

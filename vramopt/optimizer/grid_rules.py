@@ -48,6 +48,37 @@ class ColumnReads:
         return tuple(self._values)
 
 
+class _ProductColumns(Mapping):
+    """The columns of the product of some keys and some items, each built when first read
+    (a rule reads a few of the table's columns)."""
+
+    def __init__(self, grid: "KeyItemGrid", key_first: np.ndarray, item_first: np.ndarray) -> None:
+        self._grid, self._key_first, self._item_first = grid, key_first, item_first
+        self._built: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        built = self._built.get(name)
+        if built is None:
+            grid, keys, items = self._grid, len(self._key_first), len(self._item_first)
+            if name in grid.key_codes:
+                built = np.repeat(grid.key_codes[name][self._key_first], items)
+            elif name in grid.item_codes:
+                built = np.tile(grid.item_codes[name][self._item_first], keys)
+            elif name in grid.constant_codes:
+                built = np.full(keys * items, grid.constant_codes[name], dtype=np.int64)
+            else:
+                raise KeyError(name)
+            self._built[name] = built
+        return built
+
+    def __iter__(self):
+        grid = self._grid
+        return iter({**dict.fromkeys(grid.key_codes), **dict.fromkeys(grid.item_codes), **dict.fromkeys(grid.constant_codes)})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _factorized(column: np.ndarray) -> tuple[np.ndarray, int]:
     """(index of each row's value among the column's distinct values, how many there are)."""
     values, inverse = np.unique(column, return_inverse=True)
@@ -68,6 +99,16 @@ def _groups(factors: list[tuple[np.ndarray, int]], size: int) -> tuple[np.ndarra
         radix *= count
     _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
     return inverse.reshape(-1), first
+
+
+def row_groups(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) of the rows of equal-length integer
+    columns, groups numbered in the rows' lexicographic order: what
+    ``np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)``
+    gives, from one sort per column and one of the combined codes instead of a sort of the
+    rows as byte strings (several times slower on the key tables)."""
+    size = len(columns[0]) if columns else 0
+    return _groups([_factorized(np.asarray(column)) for column in columns], size)
 
 
 class KeyItemGrid:
@@ -100,10 +141,7 @@ class KeyItemGrid:
             key_group, key_first = self._side(self.key_codes, tuple(sorted(reads & self.key_codes.keys())), self.keys)
             item_group, item_first = self._side(self.item_codes, tuple(sorted(reads & self.item_codes.keys())), self.items)
             rows = len(key_first) * len(item_first)
-            values = {name: np.repeat(codes[key_first], len(item_first)) for name, codes in self.key_codes.items()}
-            values.update({name: np.tile(codes[item_first], len(key_first)) for name, codes in self.item_codes.items()})
-            values.update({name: np.full(rows, code, dtype=np.int64) for name, code in self.constant_codes.items()})
-            columns = ColumnReads(values, rows)
+            columns = ColumnReads(_ProductColumns(self, key_first, item_first), rows)
             masks = rule(columns)
             if columns.read <= reads:
                 break

@@ -16,6 +16,7 @@ import numpy as np
 
 from vramopt.constraints import registry
 from vramopt.constraints.key_domain import KeyDomain, KeyRequest, KeyRows
+from vramopt.optimizer.grid_rules import row_groups
 from vramopt.optimizer.tables import KEY_COLUMNS
 
 
@@ -96,10 +97,9 @@ def _expand_dependent(request, field, domain: KeyDomain, columns, positions, row
             columns[column] = np.zeros(0, dtype=np.int64)
         positions[field] = np.zeros(0, dtype=np.int64)
         return 0
-    groups, inverse = np.unique(np.stack([columns[name] for name in domain.after]), axis=1, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    lists = [tuple(domain.values(request, **{name: int(code) for name, code in zip(domain.after, group)}))
-             for group in groups.T]
+    inverse, first = row_groups([columns[name] for name in domain.after])
+    lists = [tuple(domain.values(request, **{name: int(columns[name][row]) for name in domain.after}))
+             for row in first.tolist()]
     sizes = np.array([len(values) for values in lists], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     flat = _codes(field, domain, [value for values in lists for value in values])
@@ -176,8 +176,7 @@ def _first_of_each_layout(domains, columns: dict[str, np.ndarray]) -> dict[str, 
             continue
         resolved = dict(columns)
         resolved[field] = np.asarray(domain.same_as(KeyRows(columns)), dtype=np.int64)
-        matrix = np.stack([resolved[name] for name in sorted(resolved)], axis=1)
-        _, first = np.unique(matrix, axis=0, return_index=True)
+        _, first = row_groups([resolved[name] for name in sorted(resolved)])
         keep = np.sort(first)
         columns = {name: values[keep] for name, values in columns.items()}
     return columns

@@ -32,7 +32,7 @@ from vramopt.estimate import training_case
 from vramopt.frameworks import refused_masks, space_for_framework
 from vramopt.models import load_model
 from vramopt.optimizer.cost_objective import with_cost_objective
-from vramopt.optimizer.distinct_rows import SCHEDULE_COLUMNS, evaluate_distinct
+from vramopt.optimizer.distinct_rows import SCHEDULE_COLUMNS, evaluate_distinct, key_classes
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.optimizer.grid_rules import KeyItemGrid
@@ -272,6 +272,8 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
             continue
         # One GPU type holds every key: read the codes as they are.
         type_keys = per_key if key_rows.size == key_count else {name: values[key_rows] for name, values in per_key.items()}
+        ignored = SCHEDULE_COLUMNS if group == "state" else ()  # the state terms read no schedule column
+        classes = key_classes(type_keys, ignored)
         grid = KeyItemGrid(key_rows.size, item_count, type_keys, per_item, constant_codes)
         broken = np.zeros((key_rows.size, item_count), dtype=bool)
         for technique in registry.training_techniques():  # constraints/validity.training_invalid_reasons, rule by rule
@@ -283,9 +285,9 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         gathered = {name: values[key_of_row] for name, values in type_keys.items()}
         gathered.update({name: values[item_of_row] for name, values in per_item.items()})
         gathered.update({name: np.full(key_of_row.size, code, dtype=np.int64) for name, code in constant_codes.items()})
-        values = evaluate_distinct(  # the state terms read no schedule column: one evaluation per interleaving-free row
+        values = evaluate_distinct(  # one evaluation per interleaving-free row of the state table
             lambda columns: evaluate_training(case, PlanColumns(**{name: columns[name] for name in PlanColumns.__dataclass_fields__})),
-            gathered, SCHEDULE_COLUMNS if group == "state" else ())
+            gathered, ignored, None if classes is None else classes[key_of_row] * item_count + item_of_row)
         rows = key_rows[key_of_row] * item_count + item_of_row
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]

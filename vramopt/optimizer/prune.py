@@ -9,6 +9,11 @@
    items give together, memory ignored (the lower bound). A feasible pair found greedily
    gives an upper bound. Keys whose lower bound exceeds the best upper bound cannot hold
    the optimum (ties are kept, for the tie-break).
+3. Exact key optima. Among the survivors, each key's best primary objective is computed
+   exactly (``fitting_min_ticks``: its fastest state and activation pair within its budget,
+   by a sorted scan of its activation items per state item; every primary objective is a
+   non-decreasing function of the key and the step ticks). Only the keys reaching the best
+   of them (``Reduced.ties``) can hold the optimum; CP-SAT decides the tie-breaks among them.
 """
 
 from __future__ import annotations
@@ -25,12 +30,25 @@ from vramopt.optimizer.ticks import UNREACHABLE
 @dataclass(frozen=True, slots=True)
 class Reduced:
     keys: np.ndarray
-    """Surviving key indices."""
+    """Key indices left by the key bounds (step 2): the candidates the answer reports."""
+    ties: np.ndarray
+    """Key indices whose exact best primary objective is ``primary`` (step 3): the only keys
+    that can hold the optimum, in the fixed order."""
     state_front: np.ndarray
-    """[surviving keys, state items] bool."""
+    """[ties, state items] bool: each tie key's Pareto front."""
     activation_front: np.ndarray
     hint: tuple[int, int, int] | None
-    """(key, state item, activation item) of the best greedy plan, for the solver's hint."""
+    """(key, state item, activation item) of a plan reaching ``primary`` (the first tie
+    key's fastest fitting pair), for the solver's hint; None without ties."""
+    primary: int | None = None
+    """The optimum's primary objective (the first component of ``objective.components``)."""
+
+
+EXACT_PROBE_KEYS = 64
+"""Keys of least lower bound whose exact optima are computed first: the best of them bounds
+the optimum from above, tighter than the greedy pairs, so that the exact scan runs on the
+keys whose lower bound reaches it only (assumption: a few dozen, the keys the lower bound
+ranks first, usually hold or nearly reach the optimum; any count is exact)."""
 
 
 def pareto_front(table: ItemTable, keys: np.ndarray) -> np.ndarray:
@@ -80,6 +98,66 @@ def lower_bounds(problem) -> np.ndarray:
     return np.where(feasible, primary, UNREACHABLE)
 
 
+def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per key of ``keys``: (the fewest step ticks of a well-formed state and activation
+    pair within the key's memory budget, UNREACHABLE where none fits; the state item of that
+    pair).
+
+    Exact, without the [keys, states, activations] product: each key's activation items are
+    sorted by memory with a running minimum of their ticks, so the fastest activation item
+    within a state item's leftover budget is the running minimum at the count of items whose
+    memory fits, found for every (key, state item) by one ``searchsorted`` over the keys' rows
+    laid end to end (each row offset past the previous one's largest value)."""
+    state, activation = problem.state, problem.activation
+    count = len(keys)
+    valid = activation.valid[keys]
+    leftover = problem.budget_mib[keys][:, None] - state.memory_mib[keys]
+    cap = max(int(leftover.max(initial=0)), 0) + 1  # above every leftover budget: never fits
+    memory = np.where(valid, np.minimum(activation.memory_mib[keys], cap), cap)
+    low = min(int(memory.min(initial=0)), 0)
+    order = np.argsort(memory, axis=1, kind="stable")
+    sorted_memory = np.take_along_axis(memory, order, axis=1)
+    fastest = np.minimum.accumulate(np.take_along_axis(np.where(valid, activation.time_ticks[keys], UNREACHABLE), order, axis=1), axis=1)
+    width = cap - low + 2
+    offset = (np.arange(count, dtype=np.int64) * width - low)[:, None]
+    leftover = np.maximum(leftover, low - 1)  # below every item: none fits, and the row stays inside its offset band
+    items = activation.valid.shape[1]
+    fitting = np.searchsorted((sorted_memory + offset).ravel(), (leftover + offset).ravel(), side="right").reshape(leftover.shape)
+    fitting -= np.arange(count, dtype=np.int64)[:, None] * items
+    best_activation = np.take_along_axis(fastest, np.maximum(fitting - 1, 0), axis=1)
+    total = np.where(state.valid[keys] & (fitting > 0), state.time_ticks[keys] + best_activation, UNREACHABLE)
+    state_item = total.argmin(axis=1)
+    return total[np.arange(count), state_item], state_item
+
+
+def primary_of_ticks(problem, keys: np.ndarray, ticks: np.ndarray) -> np.ndarray:
+    """Per key: the primary objective of a plan of ``ticks`` step ticks (UNREACHABLE where
+    ``ticks`` is, or breaks the step-time bound); non-decreasing in ``ticks``, so at a key's
+    ``fitting_min_ticks`` it is the key's exact best."""
+    feasible = ticks < UNREACHABLE
+    if problem.bound_ticks is not None:
+        feasible &= ticks <= problem.bound_ticks
+    objective = problem.space.objective
+    reached = np.where(feasible, ticks, 0)
+    if objective in cost_objective.COST_OBJECTIVES:
+        primary = cost_objective.cost_per_tick(problem, keys) * reached
+    elif objective == "throughput":
+        primary = reached
+    elif objective == "per-gpu":
+        primary = problem.keys["gpus"][keys] * reached
+    else:
+        primary = problem.keys["gpus"][keys]
+    return np.where(feasible, primary, UNREACHABLE)
+
+
+def _fastest_fitting_pair(problem, key: int, state_item: int) -> tuple[int, int, int]:
+    """(key, state item, the first fastest activation item that fits beside it)."""
+    activation = problem.activation
+    leftover = problem.budget_mib[key] - problem.state.memory_mib[key, state_item]
+    allowed = activation.valid[key] & (activation.memory_mib[key] <= leftover)
+    return key, state_item, int(np.where(allowed, activation.time_ticks[key], UNREACHABLE).argmin())
+
+
 def reduce(problem) -> Reduced:
     keys = np.arange(problem.key_count)
     state, activation = problem.state, problem.activation
@@ -100,12 +178,11 @@ def reduce(problem) -> Reduced:
 
     # Two greedy feasible plans per key: the leanest state item with the fastest activation
     # item that still fits, and the other way round.
-    fast_activation, activation_item = _best_under_budget(activation.memory_mib, activation.time_ticks, activation.valid, budget - state_min)
-    fast_state, state_item = _best_under_budget(state.memory_mib, state.time_ticks, state.valid, budget - activation_min)
+    fast_activation, _ = _best_under_budget(activation.memory_mib, activation.time_ticks, activation.valid, budget - state_min)
+    fast_state, _ = _best_under_budget(state.memory_mib, state.time_ticks, state.valid, budget - activation_min)
     first = state_ticks[keys, state_min_item] + fast_activation
     second = fast_state + activation_ticks[keys, activation_min_item]
     upper = np.where(feasible, np.minimum(first, second), UNREACHABLE)
-    use_first = first <= second
 
     objective = problem.space.objective
     if objective in cost_objective.COST_OBJECTIVES:
@@ -120,17 +197,31 @@ def reduce(problem) -> Reduced:
         lower_primary = gpus
         upper_primary = np.where(feasible & (upper <= bound), gpus, UNREACHABLE)
 
+    items = (state.valid.shape[1], activation.valid.shape[1])
     if not feasible.any():
-        return Reduced(keys[:0], np.zeros((0, state.valid.shape[1]), bool), np.zeros((0, activation.valid.shape[1]), bool), None)
+        return _without_ties(keys[:0], items)
     best_upper = upper_primary.min()
     survivors = keys[feasible & (lower_primary <= best_upper)]
 
-    hint = None
-    if best_upper < UNREACHABLE:
-        # Among keys reaching the best greedy value, the first in the fixed order.
-        key = int(keys[upper_primary == best_upper][0])
-        if use_first[key]:
-            hint = (key, int(state_min_item[key]), int(activation_item[key]))
-        else:
-            hint = (key, int(state_item[key]), int(activation_min_item[key]))
-    return Reduced(survivors, pareto_front(state, survivors), pareto_front(activation, survivors), hint)
+    # The exact optima of the keys the lower bound ranks first bound the optimum from above;
+    # only the keys whose lower bound reaches that need their own.
+    ranked = survivors[np.argsort(lower_primary[survivors], kind="stable")]
+    probe = ranked[:EXACT_PROBE_KEYS]
+    probe_best = int(primary_of_ticks(problem, probe, fitting_min_ticks(problem, probe)[0]).min())
+    if probe_best < UNREACHABLE:
+        ranked = ranked[lower_primary[ranked] <= probe_best]
+    scanned = np.sort(ranked)
+    ticks, best_state = fitting_min_ticks(problem, scanned)
+    primary = primary_of_ticks(problem, scanned, ticks)
+    best = int(primary.min())
+    if best >= UNREACHABLE:  # every fitting plan breaks the step-time bound
+        return _without_ties(survivors, items)
+    reaching = np.flatnonzero(primary == best)
+    ties = scanned[reaching]
+    hint = _fastest_fitting_pair(problem, int(ties[0]), int(best_state[reaching[0]]))
+    return Reduced(survivors, ties, pareto_front(state, ties), pareto_front(activation, ties), hint, best)
+
+
+def _without_ties(survivors: np.ndarray, items: tuple[int, int]) -> Reduced:
+    """No key reaches a plan: an infeasible problem."""
+    return Reduced(survivors, survivors[:0], np.zeros((0, items[0]), bool), np.zeros((0, items[1]), bool), None)

@@ -14,7 +14,7 @@ from vramopt.constraints import registry
 from vramopt.optimizer.cost_objective import other_gpu_types
 from vramopt.optimizer.decode import plan_values
 from vramopt.optimizer.oracle import Choice, best_in_keys_by_bound
-from vramopt.optimizer.prune import lower_bounds
+from vramopt.optimizer.prune import fitting_min_ticks, primary_of_ticks
 from vramopt.optimizer.problem import Problem, ItemTable
 
 def runner_up_fields(kind: str) -> tuple[str, ...]:
@@ -48,9 +48,12 @@ def runners_up(problem: Problem, chosen: Choice, count: int = 3) -> list[tuple[s
     """Up to ``count`` (field changed, choice) pairs, best first, distinct plans."""
     chosen_values = plan_values(problem, chosen.key, chosen.state_item, chosen.activation_item)
     found: dict[tuple[int, int, int], tuple[str, Choice]] = {}
-    # Masking a value only removes candidates, so the unmasked bounds stay valid.
-    lower = lower_bounds(problem)
-    for field in runner_up_fields(problem.kind):
+    # Each key's exact best primary objective: masking a value only removes candidates, so
+    # the unmasked optimum of a key bounds its masked one from below.
+    every_key = np.arange(problem.key_count)
+    needed = count > 0 or len(problem.gpus) > 1  # other_gpu_types reads them with several GPU types only
+    lower = primary_of_ticks(problem, every_key, fitting_min_ticks(problem, every_key)[0]) if needed else None
+    for field in runner_up_fields(problem.kind) if count > 0 else ():
         masked, keys = _without(problem, field, chosen_values[field])
         choice = best_in_keys_by_bound(masked, keys, lower)
         if choice is None:

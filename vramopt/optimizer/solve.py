@@ -4,8 +4,10 @@ The model is built in four parts, each in its own module: the variables and the 
 of each technique's choice literals (cp_variables.py), the constraints that make one plan
 and keep its memory within the headroom (cp_capacity.py), and the lexicographic objective
 with the tie-breaks that also break symmetry between equal plans (cp_objective.py). The
-objective is solved in stages: the primary objective first, then each tie-break with the
-previous stages' optima fixed (DESIGN.md section 4: determinism).
+objective is solved in stages, each tie-break with the previous stages' optima fixed
+(DESIGN.md section 4: determinism). The primary objective's optimum is known exactly before
+the model is built (``prune.reduce``: each key's best, and the keys that reach it), so the
+model holds those keys only and its first stage is fixed, not solved.
 """
 
 from __future__ import annotations
@@ -37,39 +39,23 @@ class CpOutcome:
     choice: Choice | None
     status: str
     gap: float
-    """Relative gap of the primary objective (0 when proven optimal)."""
+    """Relative gap of the primary objective: 0, since the pruning computes its optimum
+    exactly (a tie-break stage cut short by the time limit makes the status 'feasible')."""
     candidates: int
-    """Keys left after exact pruning (what CP-SAT searched over)."""
+    """Keys left after the exact key bounds (prune.reduce's survivors); CP-SAT's model holds
+    the subset of them that reaches the exact primary optimum."""
     variables: int
 
 
 def build_model(problem: Problem, reduced) -> CpVariables:
-    """The CP model of one reduced problem: variables, constraint families, the hint."""
-    model = CpVariables(problem, reduced.keys, reduced.state_front, reduced.activation_front)
+    """The CP model of one reduced problem over its tie keys: variables, constraint
+    families, the hint."""
+    model = CpVariables(problem, reduced.ties, reduced.state_front, reduced.activation_front)
     add_one_plan(model)
     add_memory_headroom(model)
     add_throughput_target(model)
     model.add_hint(reduced.hint)
     return model
-
-
-INCUMBENT_BOUNDED = ("throughput", "per-gpu")
-"""Objectives whose only constraints are the plan's and the memory's, which the pruning's
-greedy plan keeps: its value bounds the optimum (min-gpus' target and the cost objectives'
-deadlines are constraints it is not checked against here)."""
-
-
-def hint_value(model: CpVariables, hint) -> int | None:
-    """The current objective's value at the pruning's greedy plan (None without one)."""
-    if hint is None:
-        return None
-    key, state, activation = hint
-    literals = (model.key_literals.get(key), model.state_literals.get((key, state)), model.activation_literals.get((key, activation)))
-    if any(literal is None for literal in literals):
-        return None
-    objective = model.cp.proto.objective
-    coefficient = dict(zip(objective.vars, objective.coeffs))
-    return int(objective.offset) + sum(coefficient.get(literal.index, 0) for literal in literals)
 
 
 def fix_unreachable(model: CpVariables, value: int) -> None:
@@ -110,12 +96,18 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     started = time.perf_counter()
     reduced = reduce(problem)
     check_cancelled()
-    if reduced.keys.size == 0:
-        return CpOutcome(None, "infeasible", 0.0, 0, 0)
+    if reduced.keys.size == 0 or reduced.ties.size == 0:
+        return CpOutcome(None, "infeasible", 0.0, len(reduced.keys), 0)
     model = build_model(problem, reduced)
     stages = stage_expressions(model)
+    # The first stage's optimum is the pruning's exact best: fixed, not solved (the pruning's
+    # plan reaching it stands only for an objective without tie-breaks, which none is).
+    stages[0].minimize_in(model.cp)
+    fix_unreachable(model, reduced.primary)
+    stages[0].fix_in(model.cp, reduced.primary)
+    key, state, activation = reduced.hint
+    choice = Choice(key, state, activation, objective_of(problem, key, state, activation))
     status = "optimal"
-    gap = 0.0
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
     # Probing (presolve's tentative fixing of each Boolean) proves nothing here that the
@@ -123,39 +115,34 @@ def solve_cp(problem: Problem, time_limit_s: float, workers: int) -> CpOutcome:
     # the solve: measured by benchmarks/cp_sat_parameters.py, best of 3, 2 cores: primary solve
     # 2t/256 GPUs 617 -> 109 ms, 2t/1,024 332 -> 69 ms, 70b/16 89 -> 33 ms, same optima.
     solver.parameters.cp_model_probing_level = 0
-    for index, expression in enumerate(stages):
+    for index, expression in enumerate(stages[1:], start=1):
         check_cancelled()
         remaining = time_limit_s - (time.perf_counter() - started)
+        # The time limit bounds the search as a whole: out of time before CP-SAT has a plan of
+        # its own, there is none to report (the pruning's plan is not a tie-broken answer).
         if remaining <= 0:
-            if index == 0:
+            if index == 1:
                 return CpOutcome(None, "timed_out", 1.0, len(reduced.keys), model.count())
-            status = "feasible" if status == "optimal" else status
+            status = "feasible"
             break
         expression.minimize_in(model.cp)
-        if index == 0 and problem.space.objective in INCUMBENT_BOUNDED:
-            incumbent = hint_value(model, reduced.hint)
-            if incumbent is not None:
-                fix_unreachable(model, incumbent)
         solver.parameters.max_time_in_seconds = remaining
         result = run_solver(solver, model.cp)  # raises Interrupted rather than report a stopped search
         if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if index == 0:
-                return CpOutcome(None, STATUS_NAMES.get(result, "unknown"), 0.0 if result == cp_model.INFEASIBLE else 1.0, len(reduced.keys), model.count())
+            if index == 1:
+                return CpOutcome(None, STATUS_NAMES.get(result, "unknown"), 0.0 if result == cp_model.INFEASIBLE else 1.0,
+                                 len(reduced.keys), model.count())
             status = "feasible"
             break
         value = int(round(solver.objective_value))
-        if result == cp_model.FEASIBLE:
-            status = "feasible"
-            if index == 0:
-                bound = solver.best_objective_bound
-                gap = abs(value - bound) / max(abs(value), 1)
         key, state, activation = model.chosen(solver)
         choice = Choice(key, state, activation, objective_of(problem, key, state, activation))
+        if result == cp_model.FEASIBLE:
+            status = "feasible"
+            break
         # Fix this stage's optimum, then hint the solution for the next stage.
         expression.fix_in(model.cp, value)
         if index + 1 < len(stages):
             fix_unreachable(model, value)
-        model.hint_solution(solver)
-        if result == cp_model.FEASIBLE:
-            break
-    return CpOutcome(choice, status, gap, len(reduced.keys), model.count())
+            model.hint_solution(solver)
+    return CpOutcome(choice, status, 0.0, len(reduced.keys), model.count())
