@@ -9,6 +9,10 @@
    items give together, memory ignored (the lower bound). A feasible pair found greedily
    gives an upper bound. Keys whose lower bound exceeds the best upper bound cannot hold
    the optimum (ties are kept, for the tie-break).
+
+With the declared state x activation term (optimizer/interaction.py) the fronts are taken
+under both values of the other group's factor, and the greedy plans carry their term; the
+lower bound needs no change (the term is never negative).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vramopt.optimizer import cost_objective
+from vramopt.optimizer.interaction import extra_ticks, group_fronts
 from vramopt.optimizer.tables import ItemTable
 from vramopt.optimizer.ticks import UNREACHABLE
 
@@ -104,6 +109,9 @@ def reduce(problem) -> Reduced:
     fast_state, state_item = _best_under_budget(state.memory_mib, state.time_ticks, state.valid, budget - activation_min)
     first = state_ticks[keys, state_min_item] + fast_activation
     second = fast_state + activation_ticks[keys, activation_min_item]
+    # The greedy pairs' own interaction ticks (optimizer/interaction.py), where they are plans.
+    first = first + np.where(first < UNREACHABLE, extra_ticks(problem, keys, state_min_item, activation_item), 0)
+    second = second + np.where(second < UNREACHABLE, extra_ticks(problem, keys, state_item, activation_min_item), 0)
     upper = np.where(feasible, np.minimum(first, second), UNREACHABLE)
     use_first = first <= second
 
@@ -133,4 +141,4 @@ def reduce(problem) -> Reduced:
             hint = (key, int(state_min_item[key]), int(activation_item[key]))
         else:
             hint = (key, int(state_item[key]), int(activation_min_item[key]))
-    return Reduced(survivors, pareto_front(state, survivors), pareto_front(activation, survivors), hint)
+    return Reduced(survivors, *group_fronts(problem, survivors, pareto_front), hint)

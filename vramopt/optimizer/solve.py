@@ -69,6 +69,9 @@ def hint_value(model: CpVariables, hint) -> int | None:
         return None
     objective = model.cp.proto.objective
     coefficient = dict(zip(objective.vars, objective.coeffs))
+    recomputes = model.problem.interaction is not None and model.problem.interaction.recomputes[activation]
+    if recomputes and (key, state) in model.interaction_literals:  # the hint's own interaction term
+        literals += (model.interaction_literals[(key, state)],)
     return int(objective.offset) + sum(coefficient.get(literal.index, 0) for literal in literals)
 
 
