@@ -117,7 +117,9 @@ class TrainingEstimate(EvaluatedPlan):
             "context_parallel_s": float(values["context_parallel_s"]),
             "expert_parallel_s": float(values["expert_parallel_s"]),
             "pipeline_parallel_s": float(values["pipeline_parallel_s"]),
-            "data_parallel_s": float(values["data_parallel_s"]),
+            # DeepSpeed ZeRO-3's re-gather for the recomputed forward is data-parallel traffic too
+            # (costs/recompute_regather.py); the solver holds it as the interaction term.
+            "data_parallel_s": float(values["data_parallel_s"]) + float(values.get("recompute_regather_s", 0.0)),
             "offload_s": float(values["offload_s"]),
             "optimizer_step_s": float(values["optimizer_step_s"]),
         }

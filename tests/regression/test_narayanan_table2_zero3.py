@@ -14,12 +14,17 @@ refit 0.7275 -> 0.7475): PTD-P mean 3.0%, max 4.5% (vramopt slower); ZeRO-3 mean
 is wrong at the smallest count, 175B on 384 GPUs: published ZeRO-3 6% slower than PTD-P,
 vramopt 9% faster (ZeRO-3's micro-batch 4 at tp 1 runs larger GEMMs than PTD-P's tp 8 and
 vramopt hides 38 of its 52 s of gathers and reductions behind them).
+
+Issue 13, third pass: DeepSpeed's ZeRO-3 gathers the parameters its release rule freed again
+for the recomputed forward (two thirds of each layer of both models,
+costs/recompute_regather.py; nothing fitted). ZeRO-3 rows mean 7.6%, max 17.2% (530B on
+1,120 GPUs, vramopt slower); the ratio mean 5.7%, max 14.0%, and the direction is right at
+every count (175B on 384 GPUs: published 0.941, vramopt 0.956).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from vramopt.validation.narayanan_table2 import table2_rows, table2_runs, zero3_slowdowns
 
@@ -59,12 +64,17 @@ def test_zero3_is_slower_than_ptdp_from_768_gpus_and_its_slowdown_stays_within_t
         if not case.endswith("_384"):
             assert predicted < 0.7 and published < 0.7, (case, published, predicted)
     errors = np.array([abs(predicted / published - 1.0) for published, predicted in ratios.values()])
-    assert errors.max() <= 0.22 and errors.mean() <= 0.145, errors
+    assert errors.max() <= 0.145 and errors.mean() <= 0.06, errors
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 target not reached: ZeRO-3 slowdown within 15% at every GPU count "
-                                       "(175B: 384 GPUs +18.3% with the direction wrong, 1,536 GPUs +20.6%)")
 def test_zero3_slowdown_meets_the_target():
+    """Issue 13 must-show: the direction (ZeRO-3 slower at every count, 384 GPUs included)
+    and the size within 15%."""
     ratios = zero3_slowdowns()
     assert all(predicted < 1.0 for _, predicted in ratios.values())
     assert all(abs(predicted / published - 1.0) <= 0.15 for published, predicted in ratios.values())
+
+
+def test_zero3_rows_stay_within_their_recorded_error():
+    errors = np.array([abs(run.relative_error()) for run in table2_runs() if "_zero3_" in run.case_id])
+    assert errors.max() <= 0.18 and errors.mean() <= 0.08, errors

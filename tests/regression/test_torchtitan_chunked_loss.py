@@ -24,13 +24,17 @@ from vramopt.types import TrainingPlan, TrainingWorkload
 H, V = 4096, 128256
 
 
-def _logits_bytes(framework="torchtitan", micro_batch=2, zero_stage=3, **replace):
+def _bytes(framework="torchtitan", micro_batch=2, zero_stage=3, term="logits_bytes", **replace):
     """The eager loss unless ``compiled_loss`` is given (the export compiles it)."""
     plan = TrainingPlan(gpu="h100", gpus=8, zero_stage=zero_stage, micro_batch=micro_batch, checkpointing="selective",
                         grad_comm_precision="fp32")
     workload = TrainingWorkload(model="llama-3.1-8b", seq_len=8192, global_batch=8 * micro_batch)
     case = dataclasses.replace(training_case(workload, "h100", framework), **{"compiled_loss": False, **replace})
-    return float(np.asarray(evaluate_training(case, check_plan(case, plan))["logits_bytes"]).reshape(-1)[0])
+    return float(np.asarray(evaluate_training(case, check_plan(case, plan))[term]).reshape(-1)[0])
+
+
+def _logits_bytes(**arguments):
+    return _bytes(term="logits_bytes", **arguments)
 
 
 def test_torchtitan_framework_chunks_the_loss_in_eight():
@@ -48,14 +52,17 @@ def test_chunked_loss_bytes_of_the_8b_plan_by_hand():
     14 B each (the eager loss's three fp32 buffers and the bf16 logits, alive through the chunk's
     backward) = 14 x 2,048 x 128,256 = 3,677,356,032; the fp32 gradient accumulator 4 x 16,384 x
     4,096 = 268,435,456; the chunks' contiguous copies (two sequences) 2 x 16,384 x 4,096 =
-    134,217,728; the output projection's unsharded bf16 gradient 2 x 128,256 x 4,096 =
-    1,050,673,152: 5,130,682,368 B, against 29,418,848,256 unchunked."""
-    assert _logits_bytes() == 5_130_682_368
-    assert _logits_bytes(micro_batch=1) == 14 * 1024 * V + 4 * 8192 * H + 2 * V * H
-    assert _logits_bytes(zero_stage=1) == 14 * 2048 * V + 4 * 16384 * H + 2 * 16384 * H  # the gradient is counted already
+    134,217,728: 4,080,009,216 B of loss buffers, against 29,418,848,256 unchunked; and with the
+    gradients (a model-state term: it reads the ZeRO stage) the output projection's unsharded
+    bf16 gradient 2 x 128,256 x 4,096 = 1,050,673,152 B, which ZeRO 0-1 counts already."""
+    assert _logits_bytes() == 4_080_009_216
+    assert _logits_bytes(micro_batch=1) == 14 * 1024 * V + 4 * 8192 * H
     assert _logits_bytes(loss_chunks=1) == 29_418_848_256
     # compiled (what --export torchtitan runs): 4 B per chunk logit, the bf16 logits and their gradient
-    assert _logits_bytes(compiled_loss=True) == 4 * 2048 * V + 4 * 16384 * H + 2 * 16384 * H + 2 * V * H
+    assert _logits_bytes(compiled_loss=True) == 4 * 2048 * V + 4 * 16384 * H + 2 * 16384 * H
+    gradients = {stage: _bytes(zero_stage=stage, term="gradients_bytes") - _bytes(zero_stage=stage, term="gradients_bytes", loss_chunks=1)
+                 for stage in (1, 2, 3)}
+    assert gradients == {1: 0.0, 2: 1_050_673_152, 3: 1_050_673_152}
 
 
 def _measured_peak(num_chunks, batch, seq, vocab=8192, hidden=64):

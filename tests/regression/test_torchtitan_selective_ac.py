@@ -74,13 +74,13 @@ def test_activation_and_loss_bytes_of_the_8b_fsdp_plan_by_hand():
     part: 35,831,939,072 B, and the output projection's and final norm's inputs, 2 x 2 x 16,384
     x 4,096 = 268,435,456 B. The loss, compiled (as --export torchtitan runs it) in 0.3.0's 8
     chunks (tests/regression/test_torchtitan_chunked_loss.py): one chunk's 2,048 x 128,256 bf16
-    logits and their bf16 gradient, 4 B each, the fp32 accumulator 4 x 16,384 x 4,096, the
-    chunks' copies 2 x 16,384 x 4,096 and the unsharded output-projection gradient 2 x 128,256 x
-    4,096: 2,503,999,488 B. The generic accounting keeps Korthikanti's selective count
+    logits and their bf16 gradient, 4 B each, the fp32 accumulator 4 x 16,384 x 4,096 and the
+    chunks' copies 2 x 16,384 x 4,096: 1,453,326,336 B (the unsharded output-projection gradient
+    is counted with the gradients). The generic accounting keeps Korthikanti's selective count
     (32 x 2,415,919,104) and one fp32 copy of the logits."""
     torchtitan, generic = _values("torchtitan"), _values("generic")
     assert torchtitan["activations_bytes"] == 35_831_939_072 + 268_435_456
-    assert torchtitan["logits_bytes"] == 2_503_999_488
+    assert torchtitan["logits_bytes"] == 1_453_326_336
     assert generic["activations_bytes"] == 32 * 2_415_919_104
     assert generic["logits_bytes"] == 4 * 16384 * 128256
 
@@ -92,27 +92,28 @@ def test_full_checkpointing_keeps_the_sequence_sharded_block_input():
     8,192 B), and the output projection's all-gathered input (2 x 131,072 x 8,192 B) and the final
     norm's sharded one. The compiled loss holds 4 B per local logit of one of the 8 chunks
     (16,384 x 16,032): the chunk's bf16 logits and their gradient; beside it
-    the fp32 accumulator of the replicated projection input (4 x 131,072 x 8,192), the chunks'
-    copies (2 x 131,072 x 8,192) and the unsharded projection gradient (2 x 128,256 x 8,192 / 8)."""
+    the fp32 accumulator of the replicated projection input (4 x 131,072 x 8,192) and the chunks'
+    copies (2 x 131,072 x 8,192)."""
     values = _values("torchtitan", gpus=256, checkpointing="every:1", micro_batch=16, model="llama-3.1-70b",
                      tensor_parallel=8, sequence_parallel=True)
     tokens = 16 * 8192
     blocks = 80 * 2 * tokens * 8192 / 8 + (10 + 4 + 0.5 + 21) / 8 * tokens * 8192
     assert values["activations_bytes"] == pytest.approx(blocks + 2 * tokens * 8192 + 2 * tokens * 8192 / 8, rel=1e-12)
-    assert values["logits_bytes"] == 4 * tokens / 8 * 128256 / 8 + 6 * tokens * 8192 + 2 * 128256 * 8192 / 8
+    assert values["logits_bytes"] == 4 * tokens / 8 * 128256 / 8 + 6 * tokens * 8192
 
 
 def test_fsdp2_unsharded_buffers():
     """Issue 15 item 1. FSDP2 (ZeRO-3) over 8 ranks: fp32 shards 4 P / 8, two blocks gathered in
     bf16 (2 x 2 x the largest block) and the [norm, lm_head] group kept unsharded from the
-    forward to the backward (2 x 128,256 x 4,096). Under pipeline parallelism the stage stays
+    forward to the backward (2 x 128,256 x 4,096), and the chunked loss's unsharded gradient of
+    that lm_head (2 x 128,256 x 4,096). Under pipeline parallelism the stage stays
     unsharded in bf16 (2 B per stage parameter) with unsharded fp32 gradient accumulation
     (4 B per stage parameter)."""
     model = load_model("llama-3.1-8b")
     flat = _values("torchtitan")
     largest = model.parameters.largest_layer
     assert flat["weights_bytes"] == pytest.approx(4 * model.parameters.total / 8 + 4 * largest + 2 * 128256 * 4096, rel=1e-12)
-    assert flat["gradients_bytes"] == pytest.approx(4 * model.parameters.total / 8, rel=1e-12)
+    assert flat["gradients_bytes"] == pytest.approx(4 * model.parameters.total / 8 + 2 * 128256 * 4096, rel=1e-12)
     piped = _values("torchtitan", gpus=16, pipeline_parallel=2)
     stage = (model.parameters.total - model.parameters.embedding) / 2 + 128256 * 4096  # 16 layers and one untied table
     assert piped["weights_bytes"] == pytest.approx(4 * stage / 8 + 2 * stage, rel=1e-12)

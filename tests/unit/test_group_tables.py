@@ -122,8 +122,8 @@ def test_group_tables_equal_the_row_by_row_evaluation(monkeypatch, workload, spa
     calls = []
     evaluate = problem._evaluate_group
 
-    def checked(cases, keys, items, group, choices, framework="generic"):
-        constant, table = evaluate(cases, keys, items, group, choices, framework)
+    def checked(cases, keys, items, group, choices, framework="generic", conditional=None):
+        constant, table = evaluate(cases, keys, items, group, choices, framework, conditional)
         expected_constant, expected = frozen_evaluate_group(cases, keys, items, group, choices, framework)
         np.testing.assert_array_equal(constant, expected_constant)
         assert table.values == expected.values

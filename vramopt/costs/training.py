@@ -52,6 +52,7 @@ from vramopt.costs.optimizer_step import local_ddp_scale_seconds, optimizer_step
 from vramopt.costs.operators import eager_elementwise_extra_seconds, sdpa_attention_extra_seconds
 from vramopt.costs.overlap import exposed_data_parallel_seconds, exposed_tensor_parallel_seconds
 from vramopt.costs.pipeline_p2p import pipeline_p2p_seconds
+from vramopt.costs.recompute_regather import recompute_regather_transfer_seconds
 from vramopt.costs.precision import PRECISION_BYTES
 from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
@@ -107,6 +108,9 @@ class TrainingCase:
     eager_kernels: bool = False
     """The norms, activation, rotary and loss run as separate eager PyTorch kernels (torchtitan
     without torch.compile) rather than fused ones (costs/operators.py eager_elementwise_extra_seconds)."""
+    recompute_regathers_parameters: bool = False
+    """ZeRO-3 gathers the parameters again for the recomputed forward (DeepSpeed; always under
+    framework 'deepspeed'): costs/recompute_regather.py."""
     compiled_loss: bool = False
     """The cross-entropy is compiled (torchtitan ``compile.components`` with "loss"): it keeps the
     bf16 logits and their gradient instead of the eager fp32 buffers (frameworks/torchtitan_activations.py)."""
@@ -146,6 +150,10 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         memory.update(torchtitan_activation_terms(model, columns, rank_tokens, in_flight_micro_batches(columns, micro_batches),
                                                   micro_batches, memory, compiled_loss=case.compiled_loss,
                                                   loss_chunks=case.loss_chunks))
+        if case.loss_chunks > 1:
+            from vramopt.frameworks.torchtitan_activations import chunked_loss_head_gradient_bytes
+
+            memory["gradients_bytes"] = memory["gradients_bytes"] + chunked_loss_head_gradient_bytes(model, columns)
     memory["reserve_bytes"] = np.full(len(columns), float(gpu.node.framework_reserve_bytes))
     total = sum(memory[name] for name in MEMORY_TERMS)
     capacity = float(gpu.memory_bytes)
@@ -199,6 +207,21 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         data_parallel_total, data_parallel_bandwidth, operators["linear_backward_s"], operators["linear_s"],
         micro_batches, columns.zero_stage, case.data_parallel_overlap, case.parameter_gather_overlap,
     )
+    # ZeRO-3 under DeepSpeed gathers again for a full recomputation (costs/recompute_regather.py):
+    # exposed as the step's data-parallel traffic is, with the same window. The term couples the
+    # ZeRO stage (state) with checkpointing (activation), so it is computed for every row as if
+    # the plan recomputed (``recompute_regather_if_full_s``, a key x state quantity) and the
+    # solver adds it to the plans whose activation item recomputes (optimizer/interaction.py).
+    regather_if_full = np.zeros(len(columns))
+    if case.recompute_regathers_parameters or case.framework == "deepspeed":
+        regather_transfer = recompute_regather_transfer_seconds(
+            model, gpu, columns, micro_batches, layout.sharding_group, data_parallel_bandwidth,
+            case.trainable_fraction, case.frozen_bytes_per_param)
+        regather_if_full = exposed_data_parallel_seconds(
+            data_parallel_total + regather_transfer, data_parallel_bandwidth, operators["linear_backward_s"], operators["linear_s"],
+            micro_batches, columns.zero_stage, case.data_parallel_overlap, case.parameter_gather_overlap,
+        ) - data_parallel_seconds
+    recompute_regather = np.where(columns.checkpoint_kind == CHECKPOINT_EVERY, regather_if_full, 0.0)
     # ZeRO shards (and what offload moves) are cut from the parameters without expert
     # parallelism: expert states shard over dp x cp / ep (costs/expert_parallel.py).
     sharded_gpu = sharded_parameters_per_gpu(model, columns)
@@ -218,7 +241,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         gradient_bytes = np.maximum(PRECISION_BYTES[columns.precision], 4.0) if case.fp32_gradient_buffer else PRECISION_BYTES[columns.precision]
         optimizer_step_seconds_value = optimizer_step_seconds_value + local_ddp_scale_seconds(
             gpu, params_gpu * case.trainable_fraction, gradient_bytes)
-    step_time = pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
+    step_time = (pipeline_seconds + p2p["exposed_s"] + data_parallel_seconds + offload_seconds + optimizer_step_seconds_value
+                 + recompute_regather)
 
     tokens_per_step = float(case.global_batch * seq_len)
     peak = peak_flops_per_s(gpu, columns.precision)
@@ -253,6 +277,8 @@ def evaluate_training(case: TrainingCase, columns: PlanColumns) -> dict[str, np.
         pipeline_parallel_transfer_s=p2p["transfer_s"],
         data_parallel_s=data_parallel_seconds,
         data_parallel_transfer_s=data_parallel_total,
+        recompute_regather_s=recompute_regather,
+        recompute_regather_if_full_s=regather_if_full,
         tensor_parallel_transfer_s=tensor_parallel_total * slots,
         offload_s=offload_seconds,
         optimizer_step_s=optimizer_step_seconds_value,

@@ -67,9 +67,10 @@ the Llama 3 and DeepSeek-V3 configs, ``num_chunks`` 8): the output projection an
 over 8 sequence chunks, each chunk's backward inside the forward, so one chunk's buffers are
 live at a time, its bf16 logits beside them (the 2 B per logit that the unchunked loss leaves
 reserved); beside them the fp32 gradient accumulator of the projection's input, the chunks'
-contiguous copies, and under FSDP the projection's unsharded gradient summed over the chunks
-(``chunked_loss_extra_bytes``; tests/regression/test_torchtitan_chunked_loss.py measures the
-wrapper). The published runs predate it and keep one chunk (``TrainingCase.loss_chunks``).
+contiguous copies (``chunked_loss_extra_bytes``), and under FSDP the projection's unsharded
+gradient summed over the chunks (``chunked_loss_head_gradient_bytes``, counted with the
+gradients: it reads the ZeRO stage); tests/regression/test_torchtitan_chunked_loss.py measures
+the wrapper. The published runs predate it and keep one chunk (``TrainingCase.loss_chunks``).
 
 Full checkpointing (``FullAC``) keeps each block's input, 2 T h (/t under sequence
 parallelism). Models with experts or latent attention (other block layouts, the router's
@@ -189,17 +190,23 @@ def torchtitan_activation_terms(model: ModelSpec, columns: PlanColumns, rank_tok
 def chunked_loss_extra_bytes(model: ModelSpec, columns: PlanColumns, tokens) -> np.ndarray:
     """What ``ChunkedLossWrapper`` (components/loss.py) holds beside one chunk's loss buffers:
     the fp32 gradient of the whole output-projection input (its ``GradAccumulator``, the full
-    hidden width on every tp rank: the chunks enter the projection replicated); with more than
-    one sequence per micro-batch, the chunks' contiguous copies, made all at once before the loop
-    (``c.contiguous()`` of a split along the sequence); and under FSDP (ZeRO 2-3) the output
-    projection's unsharded bf16 gradient summed over the earlier chunks, kept outside the sharded
-    gradients (``set_requires_gradient_sync(False)`` until the last chunk). Without FSDP that
-    sum is the gradient already counted."""
+    hidden width on every tp rank: the chunks enter the projection replicated), and with more
+    than one sequence per micro-batch the chunks' contiguous copies, made all at once before the
+    loop (``c.contiguous()`` of a split along the sequence)."""
     tokens = np.asarray(tokens, dtype=float)
     accumulator = GRADIENT_ACCUMULATOR_BYTES * tokens * model.hidden_size
     copies = np.where(columns.micro_batch > 1, HALF_BYTES * tokens * model.hidden_size, 0.0)
-    head_gradient = np.where(columns.zero_stage >= 2, HALF_BYTES * model.vocab_size * model.hidden_size / columns.tensor_parallel, 0.0)
-    return accumulator + copies + head_gradient
+    return accumulator + copies
+
+
+def chunked_loss_head_gradient_bytes(model: ModelSpec, columns: PlanColumns) -> np.ndarray:
+    """Under FSDP (ZeRO 2-3) the output projection's unsharded bf16 gradient, summed over the
+    chunks (``set_requires_gradient_sync(False)`` until the last), beside the sharded gradients
+    counted elsewhere; without FSDP that sum is the gradient already counted, and under pipeline
+    parallelism the stage's unsharded fp32 gradient accumulation holds it (frameworks/memory.py).
+    A model-state term (it reads the ZeRO stage), kept with the gradients."""
+    unsharded = (columns.zero_stage >= 2) & (columns.pipeline_parallel == 1)
+    return np.where(unsharded, HALF_BYTES * model.vocab_size * model.hidden_size / columns.tensor_parallel, 0.0)
 
 
 def loss_bytes_per_logit(tensor_parallel, compiled_loss: bool = False) -> np.ndarray:

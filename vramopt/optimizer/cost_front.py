@@ -25,6 +25,7 @@ import numpy as np
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.optimizer.cost_objective import cost_per_tick
 from vramopt.optimizer.decode import decode_choice
+from vramopt.optimizer.interaction import grid_ticks
 from vramopt.optimizer.objective import constant_mib, rank_of
 from vramopt.optimizer.oracle import KEYS_PER_CHUNK, Choice, feasible_mask
 from vramopt.optimizer.problem import build_problem
@@ -44,7 +45,7 @@ def _fastest_per_key(problem) -> list[Choice]:
     for start in range(0, problem.key_count, KEYS_PER_CHUNK):
         keys = np.arange(start, min(start + KEYS_PER_CHUNK, problem.key_count))
         fits = feasible_mask(problem, keys)
-        ticks = problem.state.time_ticks[keys][:, :, None] + problem.activation.time_ticks[keys][:, None, :]
+        ticks = grid_ticks(problem, keys)
         memory = problem.state.memory_mib[keys][:, :, None] + problem.activation.memory_mib[keys][:, None, :]
         for local, key in enumerate(keys):
             state_items, activation_items = np.nonzero(fits[local])

@@ -107,7 +107,8 @@ def _coefficient_sum(problem) -> int:
     gpus = problem.keys["gpus"].astype(object)
     state = np.where(problem.state.valid, problem.state.time_ticks, 0).sum(axis=1).astype(object)
     activation = np.where(problem.activation.valid, problem.activation.time_ticks, 0).sum(axis=1).astype(object)
-    return int(np.sum(gpus * (state + activation)))
+    interaction = 0 if problem.interaction is None else problem.interaction.time_ticks.sum(axis=1).astype(object)  # optimizer/interaction.py
+    return int(np.sum(gpus * (state + activation + interaction)))
 
 
 def price_units(prices: list[float], coefficient_sum: int) -> tuple[int, ...]:

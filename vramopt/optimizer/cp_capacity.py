@@ -43,5 +43,6 @@ def add_throughput_target(variables: CpVariables) -> None:
     if problem.bound_ticks is None:
         return
     step_ticks = sum(int(problem.state.time_ticks[key, item]) * literal for (key, item), literal in variables.state_literals.items()) + sum(
-        int(problem.activation.time_ticks[key, item]) * literal for (key, item), literal in variables.activation_literals.items())
+        int(problem.activation.time_ticks[key, item]) * literal for (key, item), literal in variables.activation_literals.items()) + sum(
+        ticks * literal for ticks, literal, _ in getattr(variables, "interaction_terms", []))
     variables.cp.add(step_ticks <= problem.bound_ticks).with_name("throughput_target")

@@ -16,6 +16,7 @@ from ortools.sat.python import cp_model
 
 from vramopt.optimizer import cost_objective
 from vramopt.optimizer.cp_variables import CpVariables
+from vramopt.optimizer.interaction import plan_ticks
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 from vramopt.optimizer.problem import Problem
 
@@ -54,12 +55,15 @@ def stage_expressions(variables: CpVariables) -> list:
         + [(item * activation_count, literal) for item, literal in zip(state_items, state_literals)]
         + list(zip(activation_items, activation_literals))
     )
-    item_keys = state_keys + activation_keys
+    interaction = getattr(variables, "interaction_terms", [])  # optimizer/interaction.py (absent on hand-built models)
+    item_keys = state_keys + activation_keys + [key for _, _, key in interaction]
     ticks = (list(zip(problem.state.time_ticks[state_keys, state_items].tolist(), state_literals))
-             + list(zip(problem.activation.time_ticks[activation_keys, activation_items].tolist(), activation_literals)))
+             + list(zip(problem.activation.time_ticks[activation_keys, activation_items].tolist(), activation_literals))
+             + [(coefficient, literal) for coefficient, literal, _ in interaction])
     group_of = {literal.index: "key" for _, literal in key_terms}
     group_of.update({literal.index: "state" for _, literal in state_terms})
     group_of.update({literal.index: "activation" for _, literal in activation_terms})
+    group_of.update({literal.index: "interaction" for _, literal, _ in interaction})
     tie_breaks = partial(_tie_breaks, group_of=group_of)
     objective = problem.space.objective
     if objective in cost_objective.COST_OBJECTIVES:
@@ -149,7 +153,7 @@ def _tie_breaks(term_lists: list[list], group_of: dict[int, str]) -> list:
 
 def objective_of(problem: Problem, key: int, state: int, activation: int) -> tuple[int, ...]:
     """The oracle's objective tuple of one plan (same integers, same order)."""
-    ticks = int(problem.state.time_ticks[key, state]) + int(problem.activation.time_ticks[key, activation])
+    ticks = int(plan_ticks(problem, key, state, activation))
     memory = int(constant_mib(problem)[key]) + int(problem.state.memory_mib[key, state]) + int(problem.activation.memory_mib[key, activation])
     rank = int(rank_of(problem, key, state, activation))
     return tuple(int(part) for part in components(problem, key, ticks, memory, rank))

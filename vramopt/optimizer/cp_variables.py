@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from ortools.sat.python import cp_model
 
+from vramopt.optimizer.interaction import add_interaction_literals
 from vramopt.optimizer.problem import Problem
 
 
@@ -29,6 +30,9 @@ class CpVariables:
         self.activation_literals: dict[tuple[int, int], cp_model.IntVar] = {}
         self.items_of_key: dict[int, tuple[list, list]] = {}
         """key -> ([(state item, literal)], [(activation item, literal)]), for the constraints."""
+        self.interaction_terms: list[tuple[int, cp_model.IntVar, int]] = []
+        """(ticks, literal, key) of the state x activation term (optimizer/interaction.py)."""
+        self.interaction_literals: dict[tuple[int, int], cp_model.IntVar] = {}
         cp = self.cp
         # Unnamed: naming each literal after its key's and item's values was a third of the
         # model's building time on 2t at 16 GPUs, and CP-SAT's search does not read names.
@@ -40,12 +44,14 @@ class CpVariables:
             self.state_literals.update({(key, item): literal for item, literal in states})
             self.activation_literals.update({(key, item): literal for item, literal in activations})
             self.items_of_key[key] = (states, activations)
+            add_interaction_literals(self, key, states, activations)
 
     def all_literals(self) -> list:
-        return list(self.key_literals.values()) + list(self.state_literals.values()) + list(self.activation_literals.values())
+        return (list(self.key_literals.values()) + list(self.state_literals.values()) + list(self.activation_literals.values())
+                + [literal for _, literal, _ in self.interaction_terms])
 
     def count(self) -> int:
-        return len(self.key_literals) + len(self.state_literals) + len(self.activation_literals)
+        return len(self.key_literals) + len(self.state_literals) + len(self.activation_literals) + len(self.interaction_terms)
 
     def chosen(self, solver: cp_model.CpSolver) -> tuple[int, int, int]:
         """(key, state item, activation item) of the solver's solution."""

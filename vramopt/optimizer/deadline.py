@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from vramopt.optimizer.cost_objective import SECONDS_PER_DAY, tokens_per_step
+from vramopt.optimizer.interaction import plan_seconds
 from vramopt.optimizer.oracle import KEYS_PER_CHUNK, best_in_keys_by_bound, feasible_mask
 from vramopt.optimizer.prune import lower_bounds
 
@@ -28,8 +29,7 @@ def deadline_reason(problem, try_build) -> tuple[str, float] | None:
     best = best_in_keys_by_bound(fastest_problem, np.arange(fastest_problem.key_count), lower_bounds(fastest_problem))
     if best is None:
         return None
-    step_s = (fastest_problem.state.time_s[best.key, best.state_item]
-              + fastest_problem.activation.time_s[best.key, best.activation_item])
+    step_s = plan_seconds(fastest_problem, best.key, best.state_item, best.activation_item)
     days = space.total_tokens * float(step_s) / tokens_per_step(workload) / SECONDS_PER_DAY
     gpus = int(fastest_problem.keys["gpus"][best.key])
     gpu = fastest_problem.gpu_of(best.key).name

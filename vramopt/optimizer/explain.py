@@ -21,6 +21,7 @@ from vramopt.optimizer.decode import decode_choice
 from vramopt.optimizer.oracle import Choice, solve_exhaustive
 from vramopt.optimizer.problem import Problem, probe_problem
 from vramopt.optimizer.deadline import deadline_reason, smallest_count_meeting_deadline
+from vramopt.optimizer.interaction import plan_seconds
 from vramopt.optimizer.prune import UNREACHABLE, lower_bounds
 from vramopt.results import Explanation, Relaxation
 from vramopt.types import PRECISIONS, SearchSpace
@@ -263,9 +264,7 @@ def _explain(problem: Problem, relaxations: tuple[Relaxation, ...]) -> Explanati
         memory_only = _try(workload, replace(space, objective="throughput", min_tokens_per_s=None))
         if memory_only is not None:
             best = solve_exhaustive(memory_only)
-            best_seconds = (
-                memory_only.state.time_s[best.key, best.state_item] + memory_only.activation.time_s[best.key, best.activation_item]
-            )
+            best_seconds = plan_seconds(memory_only, best.key, best.state_item, best.activation_item)
             work = 1.0 if problem.kind == "infer" else workload.global_batch * workload.seq_len
             reachable = work / best_seconds
             reason = (

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vramopt.optimizer.interaction import grid_ticks, plan_ticks
 from vramopt.optimizer.objective import components, constant_mib, rank_of
 
 KEYS_PER_CHUNK = 256
@@ -43,8 +44,7 @@ def feasible_mask(problem, keys: np.ndarray) -> np.ndarray:
     memory = state.memory_mib[keys][:, :, None] + activation.memory_mib[keys][:, None, :]
     fits = valid & (memory <= problem.budget_mib[keys][:, None, None])
     if problem.bound_ticks is not None:
-        ticks = state.time_ticks[keys][:, :, None] + activation.time_ticks[keys][:, None, :]
-        fits &= ticks <= problem.bound_ticks
+        fits &= grid_ticks(problem, keys) <= problem.bound_ticks
     return fits
 
 
@@ -59,7 +59,7 @@ def best_in_keys(problem, keys: np.ndarray) -> Choice | None:
     state_count, activation_count = problem.state.valid.shape[1], problem.activation.valid.shape[1]
     local_key, state_item, activation_item = np.unravel_index(flat, fits.shape)
     key = keys[local_key]
-    ticks = problem.state.time_ticks[key, state_item] + problem.activation.time_ticks[key, activation_item]
+    ticks = plan_ticks(problem, key, state_item, activation_item)
     memory = constant_mib(problem)[key] + problem.state.memory_mib[key, state_item] + problem.activation.memory_mib[key, activation_item]
     rank = rank_of(problem, key, state_item, activation_item)
     parts = tuple(np.asarray(part, dtype=np.int64) for part in components(problem, key, ticks, memory, rank))

@@ -32,6 +32,7 @@ from vramopt.errors import InputError
 from vramopt.optimizer.domains import domain
 from vramopt.optimizer.objective import constant_mib, rank_of
 from vramopt.optimizer.oracle import Choice
+from vramopt.optimizer.interaction import group_fronts, plan_seconds, plan_ticks
 from vramopt.optimizer.prune import pareto_front
 from vramopt.types import PRECISIONS, TrainingWorkload
 
@@ -56,7 +57,7 @@ def _key_front(problem, key: int, state_items: np.ndarray, activation_items: np.
         return []
     state_index, activation_index = np.nonzero(fits)
     s, a = state_items[state_index], activation_items[activation_index]
-    ticks = state.time_ticks[key, s] + activation.time_ticks[key, a]
+    ticks = plan_ticks(problem, key, s, a)
     memory = memory[state_index, activation_index]
     rank = rank_of(problem, key, s, a)
     order = np.lexsort((rank, memory, ticks))
@@ -74,8 +75,7 @@ def _key_front(problem, key: int, state_items: np.ndarray, activation_items: np.
 def exact_front(problem) -> list[FrontPoint]:
     """Every non-dominated candidate, in order of GPUs, then tokens/s (best first)."""
     keys = np.arange(problem.key_count)
-    state_front = pareto_front(problem.state, keys)
-    activation_front = pareto_front(problem.activation, keys)
+    state_front, activation_front = group_fronts(problem, keys, pareto_front)
     candidates: list[FrontPoint] = []
     for key in keys:
         state_items = np.flatnonzero(state_front[key])
@@ -128,7 +128,7 @@ def verify_with_cp_sat(problem, front: list[FrontPoint], workers: int = 1) -> li
 
 def _time_s(problem, choice: Choice) -> float:
     """Seconds of the chosen candidate in floating point (the ticks' unrounded source)."""
-    return float(problem.state.time_s[choice.key, choice.state_item] + problem.activation.time_s[choice.key, choice.activation_item])
+    return float(plan_seconds(problem, choice.key, choice.state_item, choice.activation_item))
 
 
 def searched_gpu_counts(problem) -> list[int]:

@@ -23,7 +23,7 @@ import numpy as np
 from vramopt.constraints import registry
 from vramopt.constraints.key_domain import KeyRequest
 from vramopt.constraints.technique import DomainContext
-from vramopt.costs.columns import PlanColumns
+from vramopt.costs.columns import CHECKPOINT_EVERY, PlanColumns
 from vramopt.costs.pipeline_stages import divides_every_stage
 from vramopt.costs.step_terms import group_seconds
 from vramopt.costs.training import evaluate_training
@@ -36,6 +36,7 @@ from vramopt.optimizer.distinct_rows import SCHEDULE_COLUMNS, evaluate_distinct,
 from vramopt.optimizer.domains import check_workload_fields, domain, parsed_user_choices
 from vramopt.optimizer.empty_domains import raise_on_empty_domain
 from vramopt.optimizer.grid_rules import KeyItemGrid
+from vramopt.optimizer.interaction import build_interaction
 from vramopt.optimizer.keys import training_keys
 from vramopt.optimizer.reductions import ServingReduction, TrainingReduction, reduction_for
 from vramopt.optimizer.serving_problem import build_serving_problem, check_serving_workload
@@ -136,7 +137,8 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_
 
     check_table_size(key_count, max(len(state_values), len(activation_values)), "training")
     cases = [training_case(workload, gpu.name, space.framework) for gpu in gpus]
-    constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework)
+    conditional: dict[str, np.ndarray] = {}
+    constant, state = _evaluate_group(cases, keys, state_values, "state", choices, space.framework, conditional)
     capacity = np.array([gpus[index].memory_bytes for index in keys["gpu_index"]], dtype=float)
     budget_bytes = capacity * (1.0 - workload.headroom_fraction)
     budget_mib = np.floor(budget_bytes / BYTES_PER_MIB).astype(np.int64) - mib_ceil_array(constant)
@@ -147,6 +149,10 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_
     tick_s = _tick(state, activation)
     state = _with_ticks(state, tick_s)
     activation = _with_ticks(activation, tick_s)
+    # ZeRO-3 x full recomputation under DeepSpeed (optimizer/interaction.py).
+    recomputes = np.array([registry.technique("checkpointing").columns(item["checkpointing"])["checkpoint_kind"] == CHECKPOINT_EVERY
+                           for item in activation_values], dtype=bool)
+    interaction = build_interaction(conditional["recompute_regather_if_full_s"], state.valid, recomputes, tick_s)
     bound = None
     if space.objective == "min-gpus":
         bound_s = workload.global_batch * workload.seq_len / space.min_tokens_per_s
@@ -154,7 +160,7 @@ def build_training_problem(workload: TrainingWorkload, space: SearchSpace, only_
     return Problem(
         workload=workload, space=space, model=model, gpus=gpus, keys=keys, constant_bytes=constant,
         budget_mib=budget_mib, capacity_bytes=capacity, state=state, activation=activation, tick_s=tick_s,
-        bound_ticks=bound, choices=choices,
+        bound_ticks=bound, choices=choices, interaction=interaction,
     )
 
 
@@ -240,13 +246,15 @@ def _empty_fields(context, choices) -> str:
     return ", ".join(empty) or "grad_comm_precision"
 
 
-def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> tuple[np.ndarray, ItemTable]:
+def _evaluate_group(cases, keys, items, group, choices, framework="generic", conditional=None) -> tuple[np.ndarray, ItemTable]:
     """Evaluate every key x item of one group with the other group held at a neutral item.
 
     The rules are evaluated per distinct combination of the columns each reads
     (``optimizer/grid_rules.py``), and the cost model on the well-formed rows only, whose
     columns are gathered from the per-key and per-item codes (most activation items are
-    malformed for most keys: sequence parallelism without tp, interleaving without pp)."""
+    malformed for most keys: sequence parallelism without tp, interleaving without pp). A
+    ``conditional`` dict receives the state group's [keys, items] seconds of the interaction
+    term (optimizer/interaction.py)."""
     key_count, item_count = len(keys["gpus"]), len(items)
     item_codes: dict[str, list[int]] = {}
     for item in items:
@@ -265,6 +273,7 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
     shape = (key_count, item_count)
     # Flat (key-major) arrays, written through flat row indices: a 2-D fancy assignment costs more.
     memory, seconds, constant = np.zeros(key_count * item_count), np.zeros(key_count * item_count), np.zeros(key_count * item_count)
+    regather = np.zeros(key_count * item_count)
     valid = np.zeros(key_count * item_count, dtype=bool)
     for index, case in enumerate(cases):
         key_rows = np.flatnonzero(keys["gpu_index"] == index)
@@ -292,6 +301,7 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         if group == "state":
             memory[rows] = values["weights_bytes"] + values["gradients_bytes"] + values["optimizer_bytes"]
             seconds[rows] = group_seconds(values, "state")
+            regather[rows] = values["recompute_regather_if_full_s"]
             ok = values["fits_host"] & values["fits_nvme"]
         else:
             memory[rows] = values["activations_bytes"]
@@ -301,6 +311,8 @@ def _evaluate_group(cases, keys, items, group, choices, framework="generic") -> 
         valid[rows] = ok & np.isfinite(seconds[rows])
     grid = KeyItemGrid(key_count, item_count, per_key, per_item, constant_codes)
     memory, seconds, constant, valid = (values.reshape(shape) for values in (memory, seconds, constant, valid))
+    if conditional is not None:
+        conditional["recompute_regather_if_full_s"] = regather.reshape(shape)
     if group == "state":
         forbidden = [PRECISIONS.index(name) for name in choices["forbid"].get("grad_comm_precision", ())]
         if forbidden:

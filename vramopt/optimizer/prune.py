@@ -14,6 +14,12 @@
    by a sorted scan of its activation items per state item; every primary objective is a
    non-decreasing function of the key and the step ticks). Only the keys reaching the best
    of them (``Reduced.ties``) can hold the optimum; CP-SAT decides the tie-breaks among them.
+
+With the declared state x activation term (optimizer/interaction.py) the fronts are taken
+under both values of the other group's factor, the greedy plans carry their term, and the
+exact scan takes the fastest fitting activation item with and without recomputation apart,
+adding the state item's term to the recomputing one; the lower bound needs no change (the
+term is never negative).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vramopt.optimizer import cost_objective
+from vramopt.optimizer.interaction import extra_ticks, group_fronts
 from vramopt.optimizer.tables import ItemTable
 from vramopt.optimizer.ticks import UNREACHABLE
 
@@ -101,7 +108,26 @@ def lower_bounds(problem) -> np.ndarray:
 def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per key of ``keys``: (the fewest step ticks of a well-formed state and activation
     pair within the key's memory budget, UNREACHABLE where none fits; the state item of that
-    pair).
+    pair). With the interaction term, the fastest fitting recomputing and non-recomputing
+    activation items are found apart and the state item's term added to the first."""
+    state, activation = problem.state, problem.activation
+    valid = activation.valid[keys]
+    term = getattr(problem, "interaction", None)
+    if term is None:
+        best_activation = _fastest_fitting_activation(problem, keys, valid)
+    else:
+        plain = _fastest_fitting_activation(problem, keys, valid & ~term.recomputes[None, :])
+        recomputing = _fastest_fitting_activation(problem, keys, valid & term.recomputes[None, :])
+        recomputing = np.where(recomputing < UNREACHABLE, recomputing + term.time_ticks[keys], UNREACHABLE)
+        best_activation = np.minimum(plain, recomputing)
+    total = np.where(state.valid[keys] & (best_activation < UNREACHABLE), state.time_ticks[keys] + best_activation, UNREACHABLE)
+    state_item = total.argmin(axis=1)
+    return total[np.arange(len(keys)), state_item], state_item
+
+
+def _fastest_fitting_activation(problem, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """[keys, state items]: the fewest ticks of an activation item of ``valid`` within each
+    state item's leftover budget (UNREACHABLE where none fits).
 
     Exact, without the [keys, states, activations] product: each key's activation items are
     sorted by memory with a running minimum of their ticks, so the fastest activation item
@@ -110,7 +136,6 @@ def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     laid end to end (each row offset past the previous one's largest value)."""
     state, activation = problem.state, problem.activation
     count = len(keys)
-    valid = activation.valid[keys]
     leftover = problem.budget_mib[keys][:, None] - state.memory_mib[keys]
     cap = max(int(leftover.max(initial=0)), 0) + 1  # above every leftover budget: never fits
     memory = np.where(valid, np.minimum(activation.memory_mib[keys], cap), cap)
@@ -125,9 +150,7 @@ def fitting_min_ticks(problem, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     fitting = np.searchsorted((sorted_memory + offset).ravel(), (leftover + offset).ravel(), side="right").reshape(leftover.shape)
     fitting -= np.arange(count, dtype=np.int64)[:, None] * items
     best_activation = np.take_along_axis(fastest, np.maximum(fitting - 1, 0), axis=1)
-    total = np.where(state.valid[keys] & (fitting > 0), state.time_ticks[keys] + best_activation, UNREACHABLE)
-    state_item = total.argmin(axis=1)
-    return total[np.arange(count), state_item], state_item
+    return np.where(fitting > 0, best_activation, UNREACHABLE)
 
 
 def primary_of_ticks(problem, keys: np.ndarray, ticks: np.ndarray) -> np.ndarray:
@@ -155,7 +178,8 @@ def _fastest_fitting_pair(problem, key: int, state_item: int) -> tuple[int, int,
     activation = problem.activation
     leftover = problem.budget_mib[key] - problem.state.memory_mib[key, state_item]
     allowed = activation.valid[key] & (activation.memory_mib[key] <= leftover)
-    return key, state_item, int(np.where(allowed, activation.time_ticks[key], UNREACHABLE).argmin())
+    ticks = activation.time_ticks[key] + extra_ticks(problem, key, state_item, np.arange(activation.valid.shape[1]))
+    return key, state_item, int(np.where(allowed, ticks, UNREACHABLE).argmin())
 
 
 def reduce(problem) -> Reduced:
@@ -178,10 +202,13 @@ def reduce(problem) -> Reduced:
 
     # Two greedy feasible plans per key: the leanest state item with the fastest activation
     # item that still fits, and the other way round.
-    fast_activation, _ = _best_under_budget(activation.memory_mib, activation.time_ticks, activation.valid, budget - state_min)
-    fast_state, _ = _best_under_budget(state.memory_mib, state.time_ticks, state.valid, budget - activation_min)
+    fast_activation, activation_item = _best_under_budget(activation.memory_mib, activation.time_ticks, activation.valid, budget - state_min)
+    fast_state, state_item = _best_under_budget(state.memory_mib, state.time_ticks, state.valid, budget - activation_min)
     first = state_ticks[keys, state_min_item] + fast_activation
     second = fast_state + activation_ticks[keys, activation_min_item]
+    # The greedy pairs' own interaction ticks (optimizer/interaction.py), where they are plans.
+    first = first + np.where(first < UNREACHABLE, extra_ticks(problem, keys, state_min_item, activation_item), 0)
+    second = second + np.where(second < UNREACHABLE, extra_ticks(problem, keys, state_item, activation_min_item), 0)
     upper = np.where(feasible, np.minimum(first, second), UNREACHABLE)
 
     objective = problem.space.objective
@@ -219,7 +246,7 @@ def reduce(problem) -> Reduced:
     reaching = np.flatnonzero(primary == best)
     ties = scanned[reaching]
     hint = _fastest_fitting_pair(problem, int(ties[0]), int(best_state[reaching[0]]))
-    return Reduced(survivors, ties, pareto_front(state, ties), pareto_front(activation, ties), hint, best)
+    return Reduced(survivors, ties, *group_fronts(problem, ties, pareto_front), hint, best)
 
 
 def _without_ties(survivors: np.ndarray, items: tuple[int, int]) -> Reduced:

@@ -93,6 +93,8 @@ class Problem:
     """'train' (any training kind) or 'infer'."""
     gpu_price_units: tuple[int, ...] = ()
     """Objectives cost and cost-per-token: each GPU type's integer price (optimizer/cost_objective.py)."""
+    interaction: Any = None
+    """The declared state x activation term (``optimizer/interaction.Interaction``), or None."""
 
     @property
     def key_count(self) -> int:

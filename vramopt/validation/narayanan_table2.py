@@ -14,7 +14,9 @@ Mapping to vramopt plans (assumptions, each stated):
 - ZeRO-3 rows: DeepSpeed ZeRO-3 at data parallelism = GPUs, the table's micro-batch,
   global batch / (GPUs x micro-batch) = 1 micro-batch per step, full recomputation (eq. 3
   assumes it), no flash attention (2021), 16-bit, collectives overlapped with compute
-  (DeepSpeed ``overlap_comm`` and parameter prefetch).
+  (DeepSpeed ``overlap_comm`` and parameter prefetch); the recomputed forward gathers again
+  the parameters DeepSpeed's release rule frees, two thirds of each layer of both models
+  (costs/recompute_regather.py).
 - PTD-P rows: Megatron-LM with the model-parallel size split as tp 8 x pp 12 (174.6B) and
   tp 8 x pp 35 (529.6B, Table 1's layout), micro-batch 1, full recomputation, local DDP
   (all-reduce after the backward, not overlapped). The table does not give the pipeline
@@ -59,6 +61,8 @@ def table2_runs() -> tuple[PublishedRun, ...]:
             data_parallel_overlap=zero3,
             # Megatron-LM 2021 (fp16) adds each micro-batch's gradients in a separate pass.
             unfused_gradient_accumulation=not zero3,
+            # DeepSpeed's ZeRO-3 gathers the released parameters again for the recomputed forward.
+            recompute_regathers_parameters=zero3,
         ))
     return tuple(runs)
 

@@ -89,6 +89,8 @@ class PublishedRun:
     """True for Megatron-Core's overlap_p2p_comm (default; interleaved schedule only)."""
     eager_kernels: bool = False
     """True for torchtitan runs without torch.compile (separate eager element-wise kernels)."""
+    recompute_regathers_parameters: bool = False
+    """True for DeepSpeed ZeRO-3 runs with full recomputation (costs/recompute_regather.py)."""
     framework: str = "generic"
     """'torchtitan' for torchtitan's runs: its per-op selective recomputation, memory rules and
     FlashAttention-2-class attention (TrainingCase.framework)."""
@@ -102,7 +104,8 @@ class PublishedRun:
                             parameter_gather_overlap=self.parameter_gather_overlap, pipeline_p2p_overlap=self.pipeline_p2p_overlap,
                             fp32_gradient_buffer=self.fp32_gradient_buffer,
                             unfused_gradient_accumulation=self.unfused_gradient_accumulation,
-                            eager_kernels=self.eager_kernels)
+                            eager_kernels=self.eager_kernels,
+                            recompute_regathers_parameters=self.recompute_regathers_parameters)
         columns = check_plan(case, self.plan)
         return {name: float(np.asarray(value).reshape(-1)[0]) for name, value in evaluate_training(case, columns).items()}
 
