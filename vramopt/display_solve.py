@@ -131,6 +131,8 @@ def render_serving(result: Mapping[str, Any]) -> str:
         summary[3][0] = "step at the offered load (decodes + prefill share)"
         computed = result["requests"]["input_tokens"] - (result["requests"].get("cached_prefix_tokens") or 0)
         summary[5] = [f"prefill of a prompt of {computed:,.0f} tokens", f"{throughput['prefill_time_s']:,.2f} s"]
+    if plan.get("expert_parallel", 1) > 1:
+        summary.insert(5, ["expert-parallel all-to-alls per step", f"{throughput.get('expert_parallel_s', 0.0) * 1e3:,.2f} ms"])
     lines.append(table(summary, ["throughput", "value"]))
     if "requests" in result:
         lines.extend(["", render_requests(result)])
