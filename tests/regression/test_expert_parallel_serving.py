@@ -65,6 +65,18 @@ def test_a_one_token_decode_streams_only_its_eight_routed_experts():
     assert expected_bytes < 0.2 * load_model("deepseek-v3").params_total / 8
 
 
+def test_a_pipelined_replica_streams_the_experts_of_every_stage():
+    """issue 14 item 2: a step runs the pipeline's stages in turn, so one replica of tp 2 x pp 2
+    reads every expert once per step (a GPU of each stage its stage's half): at a batch that
+    touches every expert it serves half the tokens/s of two tp-2 replicas on the same GPUs,
+    as before expert coverage was modelled."""
+    workload = ServingWorkload(model="mixtral-8x7b", context=4096)
+    two = estimate_serving(workload, ServingPlan(gpu="h100", gpus=4, tensor_parallel=2, slots=64)).values
+    staged = estimate_serving(workload, ServingPlan(gpu="h100", gpus=4, tensor_parallel=2, pipeline_parallel=2, slots=64)).values
+    assert staged["tokens_per_s"] == pytest.approx(two["tokens_per_s"] / 2, rel=1e-6)
+    assert staged["weights_bytes"] == pytest.approx(two["weights_bytes"] / 2, rel=1e-9)
+
+
 # DeepEP README, "Low-latency kernels with pure RDMA": H800 with a CX7 400 Gb/s NIC, 128 tokens
 # per GPU, 7168 hidden, top-8, FP8 dispatch and BF16 combine: dispatch + combine latency (us).
 DEEPEP_LOW_LATENCY_US = {16: 118 + 195, 32: 155 + 273, 64: 173 + 314, 128: 192 + 369, 256: 194 + 360}

@@ -179,7 +179,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     kv_read = slots * average_tokens * kv_per_token / groups
     # Decode reads the experts its tokens are routed to (costs/serving_experts.py).
     coverage = expert_coverage(step_tokens, model.moe.experts, model.moe.experts_per_token) if model.moe is not None else 1.0
-    bytes_per_step = dense_weights_read + experts["local_expert_bytes"] * coverage + kv_read / kv_split
+    bytes_per_step = dense_weights_read + experts["expert_read_bytes"] * coverage + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
     flops_per_token = 2.0 * model.params_active + attention_flops
     speculative = columns.speculative == 1

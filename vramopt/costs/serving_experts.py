@@ -46,7 +46,7 @@ same time, so each all-to-all takes the longer of the two (``group_bandwidth``'s
 collective efficiency), plus the collective latency (``all_reduce_latency_s``, the same
 10 us assumption as the tensor-parallel all-reduces). Against DeepEP's measured
 low-latency kernels (README table: H800, CX7 400 Gb/s, 128 tokens per GPU, 7168 hidden,
-top-8) this gives dispatch + combine within 7% at EP16 to EP256
+top-8) this gives dispatch + combine within 5% at EP16 to EP256
 (tests/regression/test_expert_parallel_serving.py).
 With tp > 1 attention each tp rank dispatches 1/tp of its group's tokens (sequence-split,
 as DeepSeek-V3's deployment runs attention TP with SP, report section 3.4). The combine
@@ -129,15 +129,17 @@ def all_to_all_seconds_per_token(gpu, expert_parallel, bytes_per_token) -> np.nd
 
 def serving_expert_terms(model, gpu, tensor_parallel, pipeline_parallel, expert_parallel, routed_bytes_total,
                          link_latency_s: float, quantization=0) -> dict[str, np.ndarray]:
-    """Per plan row: the attention groups, the routed experts' bytes one GPU holds (the
-    bytes a step reads when every expert is touched), the all-to-all seconds per token of
-    the replica and per step, and the tensor-parallel all-reduces per step."""
+    """Per plan row: the attention groups, the routed experts' bytes one GPU holds, the bytes
+    a step reads when every expert is touched (one GPU of each pipeline stage in turn), the
+    all-to-all seconds per token of the replica and per step, and the tensor-parallel
+    all-reduces per step."""
     t = np.asarray(tensor_parallel, dtype=float)
     p = np.asarray(pipeline_parallel, dtype=float)
     e = np.asarray(expert_parallel, dtype=float)
     groups = attention_groups(t, e)
     moe_layers = float(moe_layer_count(model.layers, model.moe)) if model.moe is not None else 0.0
-    local_experts = np.asarray(routed_bytes_total, dtype=float) / (p * np.where(e > 1, e, t))
+    # A step runs every stage in turn: it reads the experts of all stages held by one GPU per stage.
+    experts_read = np.asarray(routed_bytes_total, dtype=float) / np.where(e > 1, e, t)
     fp8 = np.isin(np.asarray(quantization), FP8_DISPATCH_FORMATS)
     dispatch = np.where(fp8, FP8_DISPATCH_BYTES_PER_ELEMENT, BF16_BYTES_PER_ELEMENT)
     copies = (model.moe.experts_per_token if model.moe else 0.0) * model.hidden_size
@@ -148,7 +150,8 @@ def serving_expert_terms(model, gpu, tensor_parallel, pipeline_parallel, expert_
     all_reduces = np.where(t > 1, 2.0 * model.layers - np.where(all_to_all, moe_layers, 0.0), 0.0)
     return {
         "attention_groups": groups,
-        "local_expert_bytes": local_experts,
+        "local_expert_bytes": experts_read / p,
+        "expert_read_bytes": experts_read,
         "all_to_all_s_per_token": np.where(all_to_all, np.nan_to_num(per_token, nan=np.inf), 0.0),
         "all_to_all_latency_s": np.where(all_to_all, moe_layers * ALL_TO_ALLS_PER_MOE_LAYER * link_latency_s, 0.0),
         "all_reduces_per_step": all_reduces,

@@ -28,7 +28,7 @@ STEP_INPUTS = (
     "tensor_parallel", "speculative", "hbm_bytes_per_s", "weights_read_bytes", "kv_read_bytes_per_token",
     "link_bytes_per_s", "gemm_body_s_per_token", "gemm_head_s_per_token", "gemm_wave_s", "attention_flops_per_s",
     "elementwise_bytes_per_token", "logit_bytes_per_token", "all_reduce_latency_s", "draft_weights_read_bytes",
-    "attention_groups", "local_expert_bytes", "all_to_all_s_per_token", "all_to_all_latency_s", "all_reduces_per_step",
+    "attention_groups", "expert_read_bytes", "all_to_all_s_per_token", "all_to_all_latency_s", "all_reduces_per_step",
 )
 """Per-row arrays of a plan's evaluated values (``costs/inference.py``) the step depends on;
 ``tensor_parallel`` and ``speculative`` (1 or 0) come from the plan's columns."""
@@ -76,7 +76,7 @@ class StepModel:
         groups = np.asarray(inputs["attention_groups"], dtype=float)
         self.groups = groups
         self.weights_read = inputs["weights_read_bytes"]
-        self.expert_bytes = inputs["local_expert_bytes"]
+        self.expert_bytes = inputs["expert_read_bytes"]
         self.moe = model.moe
         self.kv_token = inputs["kv_read_bytes_per_token"] / groups
         link = inputs["link_bytes_per_s"]
