@@ -299,9 +299,9 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
 @click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
-@click.option("--axes", type=click.Choice(("throughput", "time,cost")), default="throughput", show_default=True,
+@click.option("--axes", type=click.Choice(("throughput", "time,cost", "tpot")), default="throughput", show_default=True,
               help="throughput: tokens/s, GPUs, memory; time,cost: days (or tokens/s serving) against dollars (needs prices; "
-                   "training needs --total-tokens).")
+                   "training needs --total-tokens); tpot: serving, output tokens/s per GPU against time per output token.")
 @framework_option
 @hardware_option
 @cost_options
@@ -327,11 +327,22 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
         if framework not in (None, DEFAULT_FRAMEWORK):
             raise click.UsageError("--framework applies to the tokens/s-GPUs-memory front; --axes time,cost searches the generic rules")
         response = time_money_front(workload, options)
+    elif axes == "tpot":
+        if money_flags_given():
+            raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
+        from vramopt.optimizer.tpot_front import tpot_front_response
+
+        response = tpot_front_response(workload, build_space(options, framework=framework or DEFAULT_FRAMEWORK), verify=verify)
     else:
         if money_flags_given():
             raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
         response = pareto_response(workload, build_space(options, framework=framework or DEFAULT_FRAMEWORK), verify=verify)
-    rows = front_rows_for_csv(response)
+    if axes == "tpot":
+        from vramopt.optimizer.tpot_front import tpot_rows_for_csv
+
+        rows = tpot_rows_for_csv(response)
+    else:
+        rows = front_rows_for_csv(response)
     if not response["front"]:
         # As solve: no plan is a failure, and no output file is written or truncated.
         if output_format == "json":
@@ -343,14 +354,22 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     if output_path:
         outputs[output_path] = to_csv(rows)
     if plot_path:
-        outputs[plot_path] = cost_front_png(response) if axes == "time,cost" else front_png(response)
+        if axes == "tpot":
+            from vramopt.display_tpot_front import tpot_front_png
+
+            outputs[plot_path] = tpot_front_png(response)
+        else:
+            outputs[plot_path] = cost_front_png(response) if axes == "time,cost" else front_png(response)
     write_files_atomically(outputs)  # both or neither
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(rows, "csv")
     else:
-        render = render_cost_front if axes == "time,cost" else render_front
+        if axes == "tpot":
+            from vramopt.display_tpot_front import render_tpot_front as render
+        else:
+            render = render_cost_front if axes == "time,cost" else render_front
         echo(render(response, rows, output_path, plot_path))
 
 

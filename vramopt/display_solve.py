@@ -131,6 +131,8 @@ def render_serving(result: Mapping[str, Any]) -> str:
         summary[3][0] = "step at the offered load (decodes + prefill share)"
         computed = result["requests"]["input_tokens"] - (result["requests"].get("cached_prefix_tokens") or 0)
         summary[5] = [f"prefill of a prompt of {computed:,.0f} tokens", f"{throughput['prefill_time_s']:,.2f} s"]
+    if plan.get("expert_parallel", 1) > 1:
+        summary.insert(5, ["expert-parallel all-to-alls per step", f"{throughput.get('expert_parallel_s', 0.0) * 1e3:,.2f} ms"])
     lines.append(table(summary, ["throughput", "value"]))
     if "requests" in result:
         lines.extend(["", render_requests(result)])
@@ -222,7 +224,8 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         plan, memory, throughput = point["plan"], point["memory"], point["throughput"]
         if serving:
             stages = f" pp{plan['pipeline_parallel']}" if plan["pipeline_parallel"] > 1 else ""
-            techniques = f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
+            experts = f" ep{plan['expert_parallel']}" if plan.get("expert_parallel", 1) > 1 else ""
+            techniques = f"tp{plan['tensor_parallel']}{experts}{stages} {plan['quantization']} kv={plan['kv_cache_dtype']} slots={plan['slots']}" + (
                 f" MIG {plan['mig_profile']}" if plan["mig_profile"] != "none" else "") + (" spec" if plan["speculative_decoding"] else "")
         else:
             techniques = f"{training_brief(plan)} mb={plan['micro_batch']}"
@@ -248,7 +251,8 @@ def _plan_brief(plan: Mapping[str, Any]) -> str:
     if "quantization" in plan:
         mig = f" MIG {plan['mig_profile']}" if plan.get("mig_profile", "none") != "none" else ""
         stages = f" pp{plan['pipeline_parallel']}" if plan.get("pipeline_parallel", 1) > 1 else ""
-        return f"tp{plan['tensor_parallel']}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
+        experts = f" ep{plan['expert_parallel']}" if plan.get("expert_parallel", 1) > 1 else ""
+        return f"tp{plan['tensor_parallel']}{experts}{stages} {plan['quantization']} slots={plan['slots']}{mig}"
     return training_brief(plan)
 
 

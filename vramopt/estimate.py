@@ -136,7 +136,8 @@ def estimate_serving(workload: ServingWorkload, plan: ServingPlan) -> ServingEst
     for reason, mask in serving_invalid_reasons(case, columns).items():
         if bool(np.asarray(mask).any()):
             detail = f"{plan.quantization} on {case.gpu.name}" if "quantization" in reason else f"{case.model.name}: {case.model.heads} heads, {case.model.layers} layers"
-            raise InputError(f"{reason} ({detail}; plan {plan.gpus}x {plan.gpu} tp={plan.tensor_parallel} pp={plan.pipeline_parallel})")
+            raise InputError(f"{reason} ({detail}; plan {plan.gpus}x {plan.gpu} tp={plan.tensor_parallel}"
+                             f"{f' ep={plan.expert_parallel}' if plan.expert_parallel != 1 else ''} pp={plan.pipeline_parallel})")
     values = {name: np.asarray(array).reshape(-1)[0].item() for name, array in evaluate_serving(case, columns).items()}
     return ServingEstimate(
         case=case, model=case.model, plan=plan, workload=workload,

@@ -204,6 +204,7 @@ class ServingEstimate(EvaluatedPlan):
             "kv_capacity_tokens": int(values["kv_capacity_tokens"]),
             "prefill_time_s": float(values["prefill_time_s"]),
             "tensor_parallel_s": float(values["tensor_parallel_s"]),
+            "expert_parallel_s": float(values["expert_parallel_s"]),
             "memory_bound": bool(values["memory_bound"]),
         }
 

@@ -15,7 +15,7 @@ from vramopt.optimizer.oracle import solve_exhaustive
 from vramopt.optimizer.solve import solve_cp
 from vramopt.types import SearchSpace, ServingWorkload
 
-MODELS = ("llama-3.1-8b", "llama-2-13b", "opt-13b", "mixtral-8x7b", "llama-3.1-70b")
+MODELS = ("llama-3.1-8b", "llama-2-13b", "opt-13b", "mixtral-8x7b", "llama-3.1-70b", "qwen3-30b-a3b")
 GPUS = ("a100-40gb", "a100-80gb", "h100", "h200", "l40s", "mi300x")
 
 
@@ -38,9 +38,9 @@ def request_loads(draw):
     )
     objectives = ("throughput", "per-gpu", "min-gpus") if mode != "saturation" else ("throughput", "per-gpu")
     objective = draw(st.sampled_from(objectives))
-    pin_field = draw(st.sampled_from((None, "quantization", "tensor_parallel", "speculative_decoding", "slots")))
+    pin_field = draw(st.sampled_from((None, "quantization", "tensor_parallel", "speculative_decoding", "slots", "expert_parallel")))
     pin_values = {"quantization": ("bf16", "fp8", "int4"), "tensor_parallel": ("1", "2", "4"),
-                  "speculative_decoding": ("true", "false"), "slots": ("8", "64")}
+                  "speculative_decoding": ("true", "false"), "slots": ("8", "64"), "expert_parallel": ("1", "2", "8")}
     space = SearchSpace(
         gpus=tuple(draw(st.lists(st.sampled_from(GPUS), min_size=1, max_size=2, unique=True))),
         max_gpus=draw(st.sampled_from((1, 2, 4, 8, 16))),

@@ -50,6 +50,8 @@ REQUESTS = {
     "infer 70b h100 x8": (ServingWorkload(model="llama-3.1-70b", context=8192), SearchSpace(gpus=("h100",), max_gpus=8)),
     "infer 8b a100-80gb x2 (MIG)": (ServingWorkload(model="llama-3.1-8b", context=4096), SearchSpace(gpus=("a100-80gb",), max_gpus=2)),
     "infer 13b l40s+h100 x4 per-gpu": (ServingWorkload(model="opt-13b", context=2048, max_latency_ms=50.0), SearchSpace(gpus=("l40s", "h100"), max_gpus=4, objective="per-gpu")),
+    "infer mixtral h100 x16 (expert parallel)": (ServingWorkload(model="mixtral-8x7b", context=4096, input_tokens=1000, output_tokens=200),
+                                                 SearchSpace(gpus=("h100",), max_gpus=16, objective="per-gpu")),
 }
 
 

@@ -22,7 +22,7 @@ from vramopt.errors import InputError
 from vramopt.optimizer.domains import parsed_user_choices
 from vramopt.types import SearchSpace, TrainingWorkload
 
-TRAINING_ONLY_FIELDS = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "sequence_parallel", "virtual_stages", "precision", "grad_comm_precision",
+TRAINING_ONLY_FIELDS = ("context_parallel", "expert_tensor_parallel", "first_stage_layers", "last_stage_layers", "data_parallel", "sequence_parallel", "virtual_stages", "precision", "grad_comm_precision",
                         "micro_batch", "zero_stage", "data_parallel_shard", "offload", "optimizer", "checkpointing", "flash_attention", "expert_comm_overlap")
 SERVING_ONLY_FIELDS = ("quantization", "mig_profile", "kv_cache_dtype", "paged_kv", "slots", "speculative_decoding")
 """Written out from the plan dataclasses (TrainingPlan / ServingPlan), not read from the
@@ -40,7 +40,7 @@ def assert_one_line_error(result, *fragments):
 
 def test_the_registry_splits_plan_fields_between_workloads_as_the_plans_do():
     """issue 11 item 10: the one place that says which workload a field belongs to."""
-    shared = {"gpu", "gpus", "tensor_parallel", "pipeline_parallel"}
+    shared = {"gpu", "gpus", "tensor_parallel", "pipeline_parallel", "expert_parallel"}  # ep: serving too (issue 14 item 2)
     for kind in ("train", "finetune", "lora", "qlora"):
         assert set(registry.fields_for(kind)) == shared | set(TRAINING_ONLY_FIELDS)
     assert set(registry.fields_for("infer")) == shared | set(SERVING_ONLY_FIELDS)

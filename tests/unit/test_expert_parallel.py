@@ -137,7 +137,8 @@ def test_estimate_shows_ep_and_the_all_to_all():
     (["estimate", "--model", "8b", "--gpus", "8", "--ep", "2", "--gpu", "h100"], "needs a mixture-of-experts model"),
     (["estimate", "--model", "mixtral", "--gpus", "6", "--ep", "3", "--gpu", "h100", "--global-batch", "6"],
      "expert_parallel must divide the routed experts"),
-    (["estimate", "--workload", "infer", "--model", "mixtral", "--ep", "2"], "--ep does not apply to --workload infer"),
+    # Serving takes ep since issue 14 item 2 (tests/regression/test_expert_parallel_serving.py); its replica is ep GPUs.
+    (["estimate", "--workload", "infer", "--model", "mixtral", "--ep", "2"], "expert_parallel must divide the GPU count"),
 ])
 def test_bad_expert_parallel_input_is_one_line(args, message):
     from click.testing import CliRunner

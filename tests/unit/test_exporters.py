@@ -102,6 +102,9 @@ SERVING_CASES = {
     "fp4-fp8kv-speculative": (ServingWorkload(model="70b", context=8192), ServingPlan(gpu="b200", gpus=1, quantization="fp4", kv_cache_dtype="fp8", speculative_decoding=True, slots=64)),
     "mig": (ServingWorkload(model="8b", context=4096, headroom_fraction=0.15), ServingPlan(gpu="h100", gpus=2, quantization="fp8", mig_profile="3g.40gb", slots=8)),
     "contiguous": (ServingWorkload(model="8b", context=4096), ServingPlan(gpu="h100", gpus=1, paged_kv=False, slots=4)),
+    # Expert-parallel serving (issue 14 item 2): two replicas of ep 16 = tp 4 x 4 attention groups.
+    "ep16-dp-attention": (ServingWorkload(model="deepseek-v3", context=8192),
+                          ServingPlan(gpu="h200", gpus=32, tensor_parallel=4, expert_parallel=16, quantization="fp8", slots=256)),
 }
 
 
@@ -270,14 +273,21 @@ def test_vllm_args_are_documented_and_follow_the_plan(name):
     args = result.content
     assert undocumented(args, VLLM_ARGS["args"]) == []
     assert args["gpu_memory_utilization"] == 1.0 - memory["required_headroom_fraction"]
-    assert args["max_num_seqs"] == plan["slots"]
+    groups = plan["expert_parallel"] // plan["tensor_parallel"] if plan["expert_parallel"] > 1 else 1
+    assert args["max_num_seqs"] == -(-plan["slots"] // groups)  # per data-parallel engine
     assert args["max_model_len"] == plan["context"]
     assert args["tensor_parallel_size"] == plan["tensor_parallel"]
     assert args["pipeline_parallel_size"] == plan["pipeline_parallel"]
     assert args["kv_cache_dtype"] == {"bf16": "auto", "fp8": "fp8"}[plan["kv_cache_dtype"]]
     assert ("speculative_config" in args) == plan["speculative_decoding"]
     several_engines = plan["replicas"] > 1 and plan["mig_profile"] == "none"
-    assert args.get("data_parallel_size") == (plan["replicas"] if several_engines else None)
+    if plan["expert_parallel"] > 1:  # one launch per replica; its data-parallel engines are the attention groups
+        groups = plan["expert_parallel"] // plan["tensor_parallel"]
+        assert args["enable_expert_parallel"] is True
+        assert args.get("data_parallel_size") == (groups if groups > 1 else None)
+    else:
+        assert "enable_expert_parallel" not in args
+        assert args.get("data_parallel_size") == (plan["replicas"] if several_engines else None)
     assert json.loads(result.text()) == args
 
 

@@ -9,6 +9,8 @@ gives exactly the rows, in exactly the order, of the plain loop it replaced.
 
 from __future__ import annotations
 
+import dataclasses
+
 import faulthandler
 import itertools
 import json
@@ -280,15 +282,21 @@ def plain_serving_keys(gpu_index, gpu, model, space, context, choices) -> list[t
     default_mig = (NO_MIG,) + tuple(profile.name for profile in gpu.mig_profiles)
     profiles = domain("mig_profile", context, choices, default_mig if "mig_profile" not in choices["allow"] else None)
     mig_codes = [mig_profile_code(gpu, name) for name in profiles if name == NO_MIG or gpu.mig_profile(name) is not None]
+    experts = model.moe.experts if model.moe is not None else 1
+    expert = [e for e in domain("expert_parallel", context, choices) if experts % e == 0 and (e == 1 or model.moe is not None)]
     rows = []
-    for count, t, p, quantization, mig in itertools.product(counts, tensor, pipeline, quantizations, mig_codes):
-        if (mig >= 0 and (t > 1 or p > 1)) or count % (t * p) != 0 or model.heads % t != 0 or model.layers % p != 0:
+    for count, t, e, p, quantization, mig in itertools.product(counts, tensor, expert, pipeline, quantizations, mig_codes):
+        # An expert-parallel replica is its ep GPUs: ep a multiple of tp, pp 1, whole GPUs.
+        replica = e if e > 1 else t * p
+        if e > 1 and (e % t != 0 or p > 1 or mig >= 0):
+            continue
+        if (mig >= 0 and (t > 1 or p > 1)) or count % replica != 0 or model.heads % t != 0 or model.layers % p != 0:
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
         needs = {"fp8": "fp8", "fp4": "fp4"}.get(quantization)
         if not (needs and not gpu.supports(needs)):
-            rows.append((gpu_index, count, t, p, QUANTIZATIONS.index(quantization), mig))
+            rows.append((gpu_index, count, t, e, p, QUANTIZATIONS.index(quantization), mig))
     return rows
 
 
@@ -340,7 +348,8 @@ def test_serving_key_enumeration_equals_the_plain_loop(drawn, objective):
     space = SearchSpace(gpus=(gpu.name,), max_gpus=drawn["max_gpus"], whole_nodes=drawn["whole_nodes"],
                         allow_tp_across_nodes=drawn["allow_tp_across_nodes"], allow=allow, objective=objective)
     choices = parsed_user_choices(space)
-    context = context_of(model, gpu, space, "infer", 1)
+    # The routed experts, as the serving problem's context has them: ep is a serving key too.
+    context = dataclasses.replace(context_of(model, gpu, space, "infer", 1), experts=model.moe.experts if model.moe is not None else 0)
     try:
         fast = serving_problem._rows(0, *serving_problem._layouts_for_gpu(gpu, model, space, context, choices))
     except InputError:

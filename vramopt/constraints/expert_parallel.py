@@ -22,7 +22,9 @@ from vramopt.costs.expert_parallel import (
     moe_tensor_parallel_adjustment_s,
     unsplit_expert_parameters_per_gpu,
 )
+from vramopt.constraints.serving_layout import serving_default_degrees, serving_expert_invalid_reasons, vllm_expert_parallel
 from vramopt.parallel_layout import STAGE_GROUP_COLUMNS, ParallelLayout, resolved_expert_tensor_parallel
+from vramopt.types import WORKLOADS
 
 LARGEST_DEFAULT_DEGREE = 64
 """DeepSeek-V3 technical report section 3.1: 64-way expert parallelism over 8 nodes."""
@@ -84,9 +86,12 @@ EXPERT_PARALLEL = Technique(
     group="key",
     description="expert parallel degree: the routed experts split over ep ranks of cp x dp, tokens exchanged by all-to-all",
     parse=parse_int("expert_parallel", 1),
-    default_values=default_degrees,
+    # Serving (constraints/serving_experts.py) spreads experts wider than training's 64.
+    default_values=lambda context: serving_default_degrees(context) if context.kind == "infer" else default_degrees(context),
     columns=lambda value: {"expert_parallel": value},
     decode=lambda codes: int(codes["expert_parallel"]),
+    workloads=WORKLOADS,
+    serving_columns=lambda value, gpu: {"expert_parallel": int(value)},
     plan_field=PlanField(
         python_type=int, default=1, minimum=1, flags=("--ep", "--expert-parallel"),
         doc="Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py).",
@@ -110,14 +115,17 @@ EXPERT_PARALLEL = Technique(
             "torchtitan": Export(apply=_torchtitan_experts),
             "megatron": Export(apply=_megatron_experts),
             "deepspeed": Export(apply=_deepspeed),
-            "vllm": Export(not_exported="a training plan has no vLLM export (expert-parallel serving is not searched yet)"),
+            "vllm": Export(apply=vllm_expert_parallel),
         },
+        serving_validity=serving_expert_invalid_reasons,
         sources=(
             "Megatron-Core parallel_state.initialize_model_parallel (expert groups etp x ep x edp over tp x cp x dp)",
             "Liu et al. 2025, MoE Parallel Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE "
             "Model Training with Megatron Core",
             "Lepikhin et al. 2021, GShard (dispatch and combine all-to-all per MoE layer)",
             "DeepSeek-AI 2024, DeepSeek-V3 Technical Report, section 3.1 (64-way expert parallelism)",
+            "vLLM vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make (serving: ep = tp x dp)",
+            "DeepSeek-AI 2024, DeepSeek-V3 Technical Report, section 3.4 (serving: prefill EP32, decode EP320, DP attention)",
         ),
         gain=Gain(key="expert_gain", measure=lambda workload, estimate, framework: expert_gain(workload, estimate, framework),
                   sentence=lambda plan, gain, gb: why_line(plan, gain, gb)),

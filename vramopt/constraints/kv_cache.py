@@ -54,8 +54,18 @@ def _vllm_paged_kv(draft: ExportDraft) -> list[str]:
 
 
 def _vllm_slots(draft: ExportDraft) -> list[str]:
-    draft.content["max_num_seqs"] = draft.plan["slots"]
-    return []
+    """max_num_seqs is per engine: an expert-parallel replica's slots are shared by its
+    attention groups, each a data-parallel engine with its own scheduler."""
+    import math
+
+    from vramopt.costs.serving_experts import attention_groups
+
+    groups = int(attention_groups(draft.plan["tensor_parallel"], draft.plan.get("expert_parallel", 1)))
+    draft.content["max_num_seqs"] = math.ceil(draft.plan["slots"] / groups)
+    if groups == 1:
+        return []
+    return [f"max_num_seqs {draft.content['max_num_seqs']}: the replica's {draft.plan['slots']} slots over its {groups} "
+            "data-parallel engines (each schedules its own)"]
 
 
 KV_CACHE_DTYPE = Technique(

@@ -60,7 +60,7 @@ KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "context_parallel", "expert_para
               "virtual_stages")
 STATE_FIELDS = ("zero_stage", "data_parallel_shard", "offload", "grad_comm_precision", "optimizer")
 ACTIVATION_FIELDS = ("checkpointing", "flash_attention", "sequence_parallel", "expert_comm_overlap")
-SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
+SERVING_KEY_FIELDS = ("gpu", "gpus", "tensor_parallel", "expert_parallel", "pipeline_parallel", "quantization", "mig_profile")
 SERVING_ITEM_FIELDS = ("kv_cache_dtype", "paged_kv", "speculative_decoding", "slots")
 """Serving is not separable (the KV cache couples slots and dtype): all its non-key choices
 form one group, the 'state' items, and the activation group is a single neutral item."""
@@ -70,7 +70,7 @@ SERVING_ORDER = SERVING_KEY_FIELDS + SERVING_ITEM_FIELDS
 their vLLM arguments and notes written: the keys, then the items, as the tables hold them."""
 
 SERVING_PLAN_ORDER = (
-    "gpu", "gpus", "nodes", "tensor_parallel", "pipeline_parallel", "quantization", "kv_cache_dtype", "paged_kv",
+    "gpu", "gpus", "nodes", "tensor_parallel", "expert_parallel", "pipeline_parallel", "quantization", "kv_cache_dtype", "paged_kv",
     "context", "slots", "mig_profile", "instances_per_gpu", "replicas", "speculative_decoding",
 )
 """The serving plan's fields in the order of the JSON contract's ``plan`` object

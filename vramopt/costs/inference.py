@@ -20,6 +20,7 @@ steps, and emits (1 - alpha^(gamma+1)) / (1 - alpha) tokens per step on average.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from vramopt.costs.coefficients import coefficient
 from vramopt.costs.communication import group_bandwidth
 from vramopt.costs.kv_cache import kv_cache_bytes, kv_cache_bytes_per_token, kv_tokens_in_use, quantized_weight_bytes
 from vramopt.costs.serving_operators import serving_gemm_flops_per_s, serving_operator_terms
+from vramopt.costs.serving_experts import expert_coverage, serving_expert_terms, serving_replica_layout
+from vramopt.costs.expert_parallel import routed_expert_parameters
 from vramopt.costs.request_serving import RequestLoad, evaluate_requests, mix_contexts, request_kv_tokens_per_slot
 from vramopt.costs.vllm_memory import EngineMemorySettings, kv_capacity_tokens, kv_pool_bytes, profile_activation_peak_bytes
 from vramopt.parallel_layout import ParallelLayout
@@ -89,6 +92,8 @@ class ServingColumns:
     """Concurrent sequences per replica."""
     mig_profile: np.ndarray
     """Index into the GPU's mig_profiles, or -1 for whole GPUs."""
+    expert_parallel: Any = 1
+    """GPUs the routed experts are spread over (costs/serving_experts.py); 1: split by tp."""
 
     def __len__(self) -> int:
         return int(np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in self.__dataclass_fields__))[0])
@@ -103,7 +108,9 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     model, gpu = case.model, case.gpu
     t = columns.tensor_parallel.astype(float)
     p = columns.pipeline_parallel.astype(float)
-    shards = ParallelLayout(tensor_parallel=t, pipeline_parallel=p, data_parallel=1).replica_gpus
+    ep = np.broadcast_to(np.asarray(columns.expert_parallel, dtype=np.int64), np.shape(columns.tensor_parallel))
+    # A replica: tp x pp GPUs, or the ep group of ep / tp attention groups (costs/serving_experts.py).
+    shards = serving_replica_layout(columns.tensor_parallel, columns.pipeline_parallel, ep).world_size.astype(float)
     slots = columns.slots.astype(float)
     on_mig = columns.mig_profile >= 0
 
@@ -115,7 +122,12 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
 
     # Bytes of all the model's weights in each row's format (costs/kv_cache.py: the layouts).
     model_weights = np.array([quantized_weight_bytes(model.params_total, name) for name in QUANTIZATIONS])[columns.quantization]
-    weights = model_weights / shards
+    routed = np.array([quantized_weight_bytes(routed_expert_parameters(model), name) for name in QUANTIZATIONS])[columns.quantization]
+    experts = serving_expert_terms(model, gpu, t, p, ep, routed, coefficient("all_reduce_latency_s"), columns.quantization)
+    groups = experts["attention_groups"]
+    # Dense weights over tp x pp; the routed experts over ep (over tp x pp at ep 1).
+    dense_weights_read = (model_weights - routed) / t
+    weights = dense_weights_read / p + experts["local_expert_bytes"]
     kv_per_token = np.array([kv_cache_bytes_per_token(model, name) for name in KV_CACHE_DTYPES])[columns.kv_cache_dtype]
     if case.requests is None:
         average_tokens = kv_tokens_in_use(case.context, case.average_context_fraction, case.kv_block_tokens)
@@ -139,10 +151,11 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     # GPU keeps all of it (vLLM replicates the MLA cache), so only pp divides it.
     kv_split = np.minimum(t, model.kv_heads) if model.mla is None else np.ones_like(t)
     kv_shards = p * kv_split
-    kv_cache = replica_kv_cache / kv_shards
+    # Each attention group holds its own sequences' cache: 1/d of the replica's.
+    kv_cache = replica_kv_cache / kv_shards / groups
     # The activation peak of vLLM's profiling step (costs/vllm_memory.py): a forward pass of
     # the chunked-prefill budget and the sampler over every slot's logits.
-    activations = profile_activation_peak_bytes(model, case.prefill_chunk_tokens, slots, t)
+    activations = profile_activation_peak_bytes(model, case.prefill_chunk_tokens, slots / groups, t)
     cuda_graphs = np.full(len(columns), case.engine.cuda_graph_bytes)
     draft_weights = model_weights * case.draft_params_fraction / t
     draft_kv = kv_cache * case.draft_kv_fraction
@@ -155,29 +168,33 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
     # a plan without a draft has neither.
     pool = kv_pool_bytes(capacity, 1.0 - case.headroom_fraction, weights + np.where(columns.speculative == 1, draft - draft_kv, 0.0),
                          activations, cuda_graphs, reserve)
-    kv_capacity = kv_capacity_tokens(pool, kv_token_bytes, case.kv_block_tokens)
+    kv_capacity = kv_capacity_tokens(pool, kv_token_bytes, case.kv_block_tokens) * groups
 
     # Decode roofline for one replica: stages run one after another, each tensor-parallel.
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * bandwidth_share * coefficient("hbm_bandwidth_efficiency")
     # GEMMs timed from their shapes at the step's batch (costs/serving_operators.py): thin decode steps run slower per FLOP.
     operators = serving_operator_terms(model, gpu, columns.quantization, compute_share, t)
-    flops_rate = serving_gemm_flops_per_s(operators, slots * np.where(columns.speculative == 1, case.speculative_tokens + 1.0, 1.0))
-    kv_read = slots * average_tokens * kv_per_token
-    bytes_per_step = model_weights / t + kv_read / kv_split
+    step_tokens = slots * np.where(columns.speculative == 1, case.speculative_tokens + 1.0, 1.0)
+    flops_rate = serving_gemm_flops_per_s(operators, step_tokens / groups)
+    kv_read = slots * average_tokens * kv_per_token / groups
+    # Decode reads the experts its tokens are routed to (costs/serving_experts.py).
+    coverage = expert_coverage(step_tokens, model.moe.experts, model.moe.experts_per_token) if model.moe is not None else 1.0
+    bytes_per_step = dense_weights_read + experts["expert_read_bytes"] * coverage + kv_read / kv_split
     attention_flops = 4.0 * model.layers * model.heads * model.head_dim * average_tokens
     flops_per_token = 2.0 * model.params_active + attention_flops
     speculative = columns.speculative == 1
     verified = np.where(speculative, case.speculative_tokens + 1.0, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         memory_time = bytes_per_step / bandwidth
-        compute_time = verified * slots * flops_per_token / t / flops_rate
-        message = verified * slots * model.hidden_size * 2.0
+        compute_time = verified * slots * flops_per_token / t / groups / flops_rate
+        message = verified * slots / groups * model.hidden_size * 2.0
         link = group_bandwidth(gpu, t, t)
         all_reduce = coefficient("all_reduce_latency_s") + 2.0 * (t - 1.0) / t * message / link
-        tensor_parallel_time = np.where(t > 1, 2.0 * model.layers * all_reduce, 0.0)
-        target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time
+        tensor_parallel_time = experts["all_reduces_per_step"] * all_reduce
+        expert_parallel_time = experts["all_to_all_latency_s"] + verified * slots * experts["all_to_all_s_per_token"]
+        target_step = np.maximum(memory_time, compute_time) + tensor_parallel_time + expert_parallel_time
         draft_bytes = model_weights * case.draft_params_fraction / t + kv_read * case.draft_kv_fraction / kv_split
-        draft_step = np.maximum(draft_bytes / bandwidth, slots * 2.0 * model.params_active * case.draft_params_fraction / t / flops_rate)
+        draft_step = np.maximum(draft_bytes / bandwidth, slots / groups * 2.0 * model.params_active * case.draft_params_fraction / t / flops_rate)
         step = target_step + np.where(speculative, case.speculative_tokens * draft_step, 0.0)
         alpha = case.acceptance_rate
         tokens_per_step = np.where(speculative, (1.0 - alpha ** (case.speculative_tokens + 1)) / (1.0 - alpha), 1.0)
@@ -204,6 +221,7 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         "kv_capacity_tokens": kv_capacity,
         "step_time_s": step,
         "tensor_parallel_s": tensor_parallel_time,
+        "expert_parallel_s": expert_parallel_time,
         "tokens_per_s": tokens_per_s,
         "latency_per_token_s": latency,
         "prefill_time_s": prefill,
@@ -211,12 +229,13 @@ def evaluate_serving(case: ServingCase, columns: ServingColumns) -> dict[str, np
         # The building blocks of a step, for the request-level model (costs/request_serving.py).
         "hbm_bytes_per_s": bandwidth,
         "gemm_flops_per_s": flops_rate,
-        "weights_read_bytes": model_weights / t,
+        "weights_read_bytes": dense_weights_read,
         "draft_weights_read_bytes": model_weights * case.draft_params_fraction / t,
         "kv_read_bytes_per_token": kv_per_token / kv_split,
         "link_bytes_per_s": link,
         "all_reduce_latency_s": np.full(len(columns), coefficient("all_reduce_latency_s")),
         **operators,
+        **experts,
     }
     if case.requests is not None:
         requests = evaluate_requests(case, columns, values)

@@ -122,7 +122,10 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
     def step_model(rows):
         return StepModel(case, rows, float(load.input_tokens), decode_context, prefill_context)
 
-    budget = float(case.prefill_chunk_tokens)
+    # The budget is per engine: an expert-parallel replica's d attention groups each batch
+    # their own (costs/serving_experts.py).
+    groups = np.asarray(inputs["attention_groups"], dtype=float)
+    budget = float(case.prefill_chunk_tokens) * groups
     slots = columns.slots.astype(float)
     replicas = values["replicas"]
     # The largest batch: the slots (the memory check sized the KV pool for them at the
@@ -130,7 +133,7 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
     prompts_per_decode = emitted * load.input_tokens / load.output_tokens
     batch = np.minimum(slots, np.floor(budget / (verified + prompts_per_decode)))
     # Not the slots: the step at a load depends on the decodes running, never on the slots.
-    rows = {**inputs, "prompts_per_decode": prompts_per_decode, "emitted": emitted}
+    rows = {**inputs, "prompts_per_decode": prompts_per_decode, "emitted": emitted, "budget": budget}
 
     def saturation(part):
         return {"step": step_model(part).step(part["batch"], part["batch"] * part["prompts_per_decode"])}
@@ -153,11 +156,14 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
         else:
             running = part["running"]
             step_s = model.step(running, running * part["prompts_per_decode"])
-        room = budget - running * model.verified
+        room = part["budget"] - running * model.verified
+        # One prompt runs in one attention group, in chunks of that group's room; the step
+        # is timed with every group as full (the replica's step at that prompt load).
+        group_room = room / model.groups
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             def prefill(length):
                 """One prompt of ``length`` tokens in chunks of the room the decodes leave."""
-                return np.ceil(length / room) * model.step(running, np.minimum(length, room))
+                return np.ceil(length / group_room) * model.step(running, np.minimum(length, group_room) * model.groups)
 
             # The p99 over requests of their mean step (costs/tpot_tail.py): at a rate only.
             step_p99 = (p99_step(model, part["arrivals"], step_s, load.output_tokens / part["emitted"], running,
@@ -200,7 +206,7 @@ def evaluate_requests(case, columns, values, share_rows: bool = True) -> dict[st
         ttft_mean = prefill_mean + mean_wait + client_wait
         ttft_p99 = prefill_tail + tail_wait + client_wait
         tpot = step_s / emitted
-    sustainable &= (room >= 1.0) & stable
+    sustainable &= (room / groups >= 1.0) & stable
     return {
         "ttft_mean_s": np.where(sustainable, ttft_mean, np.inf),
         "ttft_p99_s": np.where(sustainable, ttft_p99, np.inf),

@@ -22,11 +22,13 @@ import itertools
 import numpy as np
 
 from vramopt.costs.gemm import TILE_M
+from vramopt.costs.serving_experts import COVERAGE_TANGENT_TOKENS, coverage_tangent, expert_coverage
 
 STEP_INPUTS = (
     "tensor_parallel", "speculative", "hbm_bytes_per_s", "weights_read_bytes", "kv_read_bytes_per_token",
     "link_bytes_per_s", "gemm_body_s_per_token", "gemm_head_s_per_token", "gemm_wave_s", "attention_flops_per_s",
     "elementwise_bytes_per_token", "logit_bytes_per_token", "all_reduce_latency_s", "draft_weights_read_bytes",
+    "attention_groups", "expert_read_bytes", "all_to_all_s_per_token", "all_to_all_latency_s", "all_reduces_per_step",
 )
 """Per-row arrays of a plan's evaluated values (``costs/inference.py``) the step depends on;
 ``tensor_parallel`` and ``speculative`` (1 or 0) come from the plan's columns."""
@@ -69,37 +71,59 @@ class StepModel:
         self.gamma = float(case.speculative_tokens)
         self.verified = np.where(self.speculative, self.gamma + 1.0, 1.0)
         self.bandwidth = inputs["hbm_bytes_per_s"]
+        # Counts are the replica's; a GPU runs the tokens of its attention group, 1/d of them
+        # (expert-parallel replicas, costs/serving_experts.py; d = 1 otherwise).
+        groups = np.asarray(inputs["attention_groups"], dtype=float)
+        self.groups = groups
         self.weights_read = inputs["weights_read_bytes"]
-        self.kv_token = inputs["kv_read_bytes_per_token"]
+        self.expert_bytes = inputs["expert_read_bytes"]
+        self.moe = model.moe
+        self.kv_token = inputs["kv_read_bytes_per_token"] / groups
         link = inputs["link_bytes_per_s"]
-        self.body, self.head, self.wave = inputs["gemm_body_s_per_token"], inputs["gemm_head_s_per_token"], inputs["gemm_wave_s"]
+        self.body, self.head = inputs["gemm_body_s_per_token"] / groups, inputs["gemm_head_s_per_token"] / groups
+        self.wave = inputs["gemm_wave_s"]
         self.attention_rate = inputs["attention_flops_per_s"]
-        self.elementwise, self.logit_bytes = inputs["elementwise_bytes_per_token"], inputs["logit_bytes_per_token"]
-        self.attention = 4.0 * model.layers * model.heads * model.head_dim / t
-        self.latency = np.where(t > 1, 2.0 * model.layers * inputs["all_reduce_latency_s"], 0.0)
+        self.elementwise = inputs["elementwise_bytes_per_token"] / groups
+        self.logit_bytes = inputs["logit_bytes_per_token"] / groups
+        self.attention = 4.0 * model.layers * model.heads * model.head_dim / t / groups
+        all_reduces = inputs["all_reduces_per_step"]
+        self.latency = all_reduces * inputs["all_reduce_latency_s"] + inputs["all_to_all_latency_s"]
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.per_token_comm = np.where(t > 1, 2.0 * model.layers * 2.0 * (t - 1.0) / t * model.hidden_size * 2.0 / link, 0.0)
+            self.per_token_comm = np.where(t > 1, all_reduces * 2.0 * (t - 1.0) / t * model.hidden_size * 2.0 / link / groups, 0.0) \
+                + inputs["all_to_all_s_per_token"]
         self.draft_weights = inputs["draft_weights_read_bytes"]
         self.draft_linear = (self.body + self.head) * case.draft_params_fraction
         self.draft_kv_fraction = case.draft_kv_fraction
 
-    def pieces(self, decodes, prompt_tokens, constant):
+    def pieces(self, decodes, prompt_tokens, constant, tangent=None):
         """The step's operator groups as (a, b) pieces of a + b x scale: with ``constant`` 1
         the pieces of one step (decodes and prompt_tokens are counts), with 0 the slopes of
         a step whose counts grow as decodes x T and prompt_tokens x T (rates). Returns the
         GEMM group twice, with the constant wave term and with the wave per token (steps
         under TILE_M tokens; the step is the smaller of the two, costs/serving_operators.py),
-        and the other groups once."""
+        and the other groups once. The routed experts' bytes streamed are their coverage of
+        the step's tokens (costs/serving_experts.py): exact for counts (``tangent`` None),
+        and for rates the tangent of the coverage at ``tangent`` tokens, an upper bound
+        affine in the scale."""
         verified, speculative, bandwidth, kv_token = self.verified, self.speculative, self.bandwidth, self.kv_token
         tokens = decodes * verified + prompt_tokens
         # Logits: every verified decode token and the last token of each prompt.
         logits = decodes * verified + prompt_tokens / self.input_tokens
         with np.errstate(divide="ignore", invalid="ignore"):
             # The GEMMs: the weights streamed from HBM, or their FLOPs plus the wave term, whichever is longer.
-            streaming = (constant * self.weights_read / bandwidth, 0.0)
+            if self.moe is None:
+                streaming = (constant * self.weights_read / bandwidth, 0.0)
+            elif tangent is None:
+                covered = expert_coverage(tokens, self.moe.experts, self.moe.experts_per_token)
+                streaming = ((self.weights_read + self.expert_bytes * covered) / bandwidth, 0.0)
+            else:
+                intercept, slope = coverage_tangent(tangent, self.moe.experts, self.moe.experts_per_token)
+                streaming = ((self.weights_read + self.expert_bytes * intercept) / bandwidth,
+                             self.expert_bytes * slope * tokens / bandwidth)
             flops = tokens * self.body + logits * self.head
+            # A GPU's GEMMs see its group's tokens: the thin-wave share grows with tokens / d.
             gemm_full_waves = [streaming, (constant * self.wave, flops)]
-            gemm_thin_waves = [streaming, (0.0, flops + tokens * self.wave / TILE_M)]
+            gemm_thin_waves = [streaming, (0.0, flops + tokens / self.groups * self.wave / TILE_M)]
             # Attention over the KV cache in use: its bytes or its FLOPs.
             attention_group = [(0.0, (decodes * self.decode_context + prompt_tokens) * kv_token / bandwidth),
                                (0.0, (decodes * verified * self.decode_context + prompt_tokens * self.prefill_context)
@@ -120,9 +144,16 @@ class StepModel:
         return sum(_group_time(group, shape) for group in rest) + np.minimum(_group_time(full_waves, shape), _group_time(thin_waves, shape))
 
     def fixed_point(self, decodes_per_s, prompt_per_s):
-        """The step length T at which n = decodes_per_s x T and q = prompt_per_s x T."""
-        full_waves, thin_waves, rest = self.pieces(decodes_per_s, prompt_per_s, 1.0)
-        return np.minimum(affine_fixed_point([full_waves] + rest), affine_fixed_point([thin_waves] + rest))
+        """The step length T at which n = decodes_per_s x T and q = prompt_per_s x T. For a
+        mixture of experts the smallest fixed point over the coverage's tangents
+        (``COVERAGE_TANGENT_TOKENS``, and the all-experts bound): each is an upper bound
+        of the step, so each fixed point bounds the true one from above."""
+        best = None
+        for tangent in (None,) if self.moe is None else COVERAGE_TANGENT_TOKENS + (np.inf,):
+            full_waves, thin_waves, rest = self.pieces(decodes_per_s, prompt_per_s, 1.0, tangent)
+            point = np.minimum(affine_fixed_point([full_waves] + rest), affine_fixed_point([thin_waves] + rest))
+            best = point if best is None else np.minimum(best, point)
+        return best
 
 
 def _group_time(group, shape):

@@ -95,14 +95,42 @@ def _renamed(name: str) -> Callable[[Any, Mapping[str, Any]], dict[str, Any]]:
     return lambda value, response: {name: value}
 
 
+def _expert_parallel(response: Mapping[str, Any]) -> int:
+    return int(response["plan"].get("expert_parallel", 1))
+
+
+def _tensor_parallel(value: int, response: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang's tp_size counts every GPU of the engine: with dp attention the ep group's
+    (vLLM's tp x dp); attention then runs tp_size / dp_size ways (sglang 0.5.23 server_args:
+    ``--enable-dp-attention``)."""
+    expert_parallel = _expert_parallel(response)
+    return {"tp_size": expert_parallel if expert_parallel > 1 else value}
+
+
+def _data_parallel(value: int, response: Mapping[str, Any]) -> dict[str, Any]:
+    """Plain replicas are SGLang's dp_size; an expert-parallel replica's attention groups are
+    dp_size with --enable-dp-attention."""
+    if _expert_parallel(response) > 1:
+        return {"dp_size": value, "enable_dp_attention": True}
+    return {"dp_size": value}
+
+
+def _enable_expert_parallel(value: bool, response: Mapping[str, Any]) -> dict[str, Any]:
+    """ep_size = the ep group, and DeepEP's all-to-all (the kernels the plan prices)."""
+    return {"ep_size": _expert_parallel(response), "moe_a2a_backend": "deepep"} if value else {}
+
+
 TRANSLATIONS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {
     "model": _renamed("model_path"),
     "dtype": _renamed("dtype"),
-    "tensor_parallel_size": _renamed("tp_size"),
+    "tensor_parallel_size": _tensor_parallel,
     "pipeline_parallel_size": _renamed("pp_size"),
-    "data_parallel_size": _renamed("dp_size"),
+    "data_parallel_size": _data_parallel,
+    "enable_expert_parallel": _enable_expert_parallel,
     "max_model_len": _renamed("context_length"),
-    "max_num_seqs": _renamed("max_running_requests"),
+    # SGLang's is the engine's total: its model runner divides it over the dp-attention ranks
+    # (srt/model_executor/model_runner.py: max_running_requests // dp_size).
+    "max_num_seqs": lambda value, response: {"max_running_requests": int(response["plan"]["slots"])},
     "gpu_memory_utilization": _mem_fraction_static,
     "kv_cache_dtype": lambda value, response: {"kv_cache_dtype": KV_CACHE_DTYPES[value]},
     "quantization": lambda value, response: {"quantization": value} if value in SGLANG_QUANTIZATIONS else {},
@@ -150,7 +178,16 @@ def _notes(vllm: VllmExport, content: Mapping[str, Any], response: Mapping[str, 
         notes.append(f"MIG {plan['mig_profile']}: run one server per MIG instance, each with CUDA_VISIBLE_DEVICES set to "
                      "that instance's MIG UUID (nvidia-smi -L), on its own --port, behind a load balancer")
     replicas = plan.get("replicas", 1)
-    if "dp_size" in content:
+    if "ep_size" in content:
+        groups = content.get("dp_size", 1)
+        notes.append(f"expert parallel {content['ep_size']}: tp_size {content['tp_size']} GPUs hold the routed experts "
+                     f"{content['ep_size']} ways (ep_size, DeepEP all-to-all)"
+                     + (f", attention data parallel in {groups} groups of {content['tp_size'] // groups} (enable_dp_attention)"
+                        if groups > 1 else ", attention tensor parallel over all of them"))
+        if replicas > 1:
+            notes.append(f"replicas {replicas}: run one server per expert-parallel replica of {content['tp_size']} GPUs "
+                         "behind a router")
+    elif "dp_size" in content:
         notes.append(f"replicas {replicas}: dp_size {content['dp_size']} runs {content['dp_size']} data-parallel copies of the "
                      "model behind SGLang's own scheduler; or run one server per replica behind a router")
     nodes = plan.get("nodes", 1)

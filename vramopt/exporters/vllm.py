@@ -34,7 +34,7 @@ MODEL_DTYPE = "bfloat16"
 """Activations and unquantized weights: the cost model prices serving at 16 bits."""
 
 ARGUMENT_ORDER = (
-    "model", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+    "model", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_model_len",
     "max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype", "quantization", "block_size", "enable_chunked_prefill",
     "max_num_batched_tokens", "speculative_config",
 )

@@ -84,7 +84,8 @@ def _summary(problem: Problem, choice: Choice | None) -> str:
     if problem.kind == "infer":
         mig = f", MIG {plan.mig_profile}" if plan.mig_profile != "none" else ""
         return (
-            f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel} pp={plan.pipeline_parallel}, {plan.quantization} weights, "
+            f"{plan.gpus}x {plan.gpu}, tp={plan.tensor_parallel}{f' ep={plan.expert_parallel}' if plan.expert_parallel > 1 else ''} "
+            f"pp={plan.pipeline_parallel}, {plan.quantization} weights, "
             f"{plan.kv_cache_dtype} KV, {plan.slots} slots{mig}"
         )
     from vramopt.plan_brief import layout_brief, plan_mapping

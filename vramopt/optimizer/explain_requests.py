@@ -44,7 +44,7 @@ def _evaluated_rows(workload, space: SearchSpace):
             layers=case.model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
             allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
-            checkpoint_format=checkpoint_format(case.model),
+            checkpoint_format=checkpoint_format(case.model), experts=case.model.moe.experts if case.model.moe is not None else 0,
         )
         items = tables._items([gpu], [context], choices)
         layout = tables._layouts_for_gpu(gpu, case.model, space, context, choices)
@@ -54,9 +54,8 @@ def _evaluated_rows(workload, space: SearchSpace):
         count = len(items)
         keys = np.array([row[1:] for row in rows], dtype=np.int64)
         columns = ServingColumns(
-            gpus=np.repeat(keys[:, 0], count), tensor_parallel=np.repeat(keys[:, 1], count),
-            pipeline_parallel=np.repeat(keys[:, 2], count), quantization=np.repeat(keys[:, 3], count),
-            mig_profile=np.repeat(keys[:, 4], count), **tables.item_codes(items, len(rows)),
+            **{name: np.repeat(keys[:, index], count) for index, name in enumerate(tables.SERVING_KEY_COLUMNS)},
+            **tables.item_codes(items, len(rows)),
         )
         values = evaluate_serving(case, columns)
         keep = np.asarray(values["fits"], dtype=bool)
@@ -65,7 +64,8 @@ def _evaluated_rows(workload, space: SearchSpace):
         for name in FIELDS:
             gathered[name].append(np.asarray(values[name])[keep])
         for index in np.flatnonzero(keep):
-            labels.append(f"{columns.gpus[index]}x {gpu.name} tp={columns.tensor_parallel[index]} pp={columns.pipeline_parallel[index]}")
+            split = f" ep={columns.expert_parallel[index]}" if columns.expert_parallel[index] > 1 else ""
+            labels.append(f"{columns.gpus[index]}x {gpu.name} tp={columns.tensor_parallel[index]}{split} pp={columns.pipeline_parallel[index]}")
     if not labels:
         return None, []
     return {name: np.concatenate(arrays) for name, arrays in gathered.items()}, labels

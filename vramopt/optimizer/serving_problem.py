@@ -1,6 +1,6 @@
 """The search problem for serving (``--workload infer``), in the same table form as training.
 
-Keys: GPU type and count, tensor and pipeline parallel, weight quantization and MIG profile.
+Keys: GPU type and count, tensor, expert and pipeline parallel, weight quantization and MIG profile.
 Serving is not separable (the KV cache couples slots and its dtype), so every other choice
 (KV dtype, paged or contiguous, speculative decoding, slots) is one "state" item and the
 activation group is a single neutral item. Every per-GPU choice comes from that GPU type:
@@ -33,12 +33,12 @@ from vramopt.estimate import check_serving_workload, mig_profile_code, serving_c
 __all__ = ["build_serving_problem", "check_serving_workload"]
 from vramopt.optimizer.domains import domain, parsed_user_choices
 from vramopt.optimizer.tables import MAX_BOUND_TICKS, TICKS_PER_BEST_STEP, ItemTable, Problem, bound_in_ticks, check_space, check_table_size, gpu_types
-from vramopt.parallel_layout import ParallelLayout
+from vramopt.costs.serving_experts import serving_replica_layout
 from vramopt.plan_record import serving_codes
 from vramopt.types import PRECISIONS, SearchSpace, ServingWorkload
 from vramopt.units import BYTES_PER_MIB, mib_ceil_array
 
-SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "pipeline_parallel", "quantization", "mig_profile")
+SERVING_KEY_COLUMNS = ("gpus", "tensor_parallel", "expert_parallel", "pipeline_parallel", "quantization", "mig_profile")
 
 
 def item_codes(item_values, key_count: int) -> dict[str, np.ndarray]:
@@ -61,7 +61,7 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
             layers=model.layers, gpus_per_node=gpu.node.gpus_per_node, max_gpus=space.max_gpus, global_batch=1,
             allow_tp_across_nodes=space.allow_tp_across_nodes, allow_fp4=space.allow_fp4,
             supported_precisions=tuple(name for name in PRECISIONS if gpu.supports(name)), kind="infer",
-            checkpoint_format=checkpoint_format(model),
+            checkpoint_format=checkpoint_format(model), experts=model.moe.experts if model.moe is not None else 0,
         )
         for gpu in gpus
     ]
@@ -154,7 +154,7 @@ def build_serving_problem(workload: ServingWorkload, space: SearchSpace, prune_c
 
 
 def _dominant_counts(rows: list[tuple], objective: str) -> list[tuple]:
-    """Replicas are independent, so for one replica layout (GPU type, tp, pp, quantization,
+    """Replicas are independent, so for one replica layout (GPU type, tp, ep, pp, quantization,
     MIG profile) every GPU count gives the same per-replica plan times the replica count,
     and for max tokens/s the largest count dominates (its tokens/s is strictly higher for
     every item, and a minimum of concurrent slots only gets easier). Exact
@@ -173,10 +173,15 @@ def _dominant_counts(rows: list[tuple], objective: str) -> list[tuple]:
 
 def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, list[tuple]]:
     """The GPU counts, and each replica layout with the positions of the counts it divides:
-    (count positions, (t, p, quantization, mig positions), t, p, quantization code, mig)."""
+    (count positions, (t, ep, p, quantization, mig positions), t, ep, p, quantization code,
+    mig). Expert parallelism (costs/serving_experts.py): ep a multiple of tp dividing the
+    routed experts, with pp 1 and whole GPUs; the replica is its ep GPUs."""
     counts = [count for count in domain("gpus", context, choices, gpu_counts(space.max_gpus, gpu.node.gpus_per_node, space.whole_nodes)) if count <= space.max_gpus]
     tensor = domain("tensor_parallel", context, choices)
     pipeline = domain("pipeline_parallel", context, choices)
+    experts = model.moe.experts if model.moe is not None else 1
+    expert = [(index, e) for index, e in enumerate(domain("expert_parallel", context, choices))
+              if experts % e == 0 and (e == 1 or model.moe is not None)]
     quantizations = domain("quantization", context, choices)
     default_mig = (NO_MIG,) + tuple(profile.name for profile in gpu.mig_profiles)
     profiles = domain("mig_profile", context, choices, default_mig if "mig_profile" not in choices["allow"] else None)
@@ -184,21 +189,24 @@ def _layouts_for_gpu(gpu, model, space, context, choices) -> tuple[np.ndarray, l
     mig_codes = [mig_profile_code(gpu, name) for name in profiles if name == NO_MIG or gpu.mig_profile(name) is not None]
     count_array = np.array(counts, dtype=np.int64)
     layouts = []
-    for (t_index, t), (p_index, p) in itertools.product(enumerate(tensor), enumerate(pipeline)):
+    for (t_index, t), (e_index, e), (p_index, p) in itertools.product(enumerate(tensor), expert, enumerate(pipeline)):
         if model.heads % t != 0 or model.layers % p != 0:
             continue
         if t > gpu.node.gpus_per_node and not space.allow_tp_across_nodes:
             continue
-        positions = np.flatnonzero(ParallelLayout(tensor_parallel=t, pipeline_parallel=p, data_parallel=1).divides(count_array))
+        if e > 1 and (e % t != 0 or p > 1):
+            continue
+        replica = int(serving_replica_layout(t, p, e).world_size)
+        positions = np.flatnonzero(count_array % replica == 0)
         if positions.size == 0:
             continue
         for (q_index, quantization), (m_index, mig) in itertools.product(enumerate(quantizations), enumerate(mig_codes)):
-            if mig >= 0 and (t > 1 or p > 1):
+            if mig >= 0 and (t > 1 or p > 1 or e > 1):
                 continue
             needs = FORMAT_NEEDS.get(quantization)
             if needs and not gpu.supports(needs):
                 continue
-            layouts.append((positions, (t_index, p_index, q_index, m_index), t, p, QUANTIZATIONS.index(quantization), mig))
+            layouts.append((positions, (t_index, e_index, p_index, q_index, m_index), t, e, p, QUANTIZATIONS.index(quantization), mig))
     return count_array, layouts
 
 
@@ -208,14 +216,14 @@ def _row_count(count_array: np.ndarray, layouts: list[tuple]) -> int:
 
 def _rows(gpu_index: int, count_array: np.ndarray, layouts: list[tuple], largest_only: bool = False) -> list[tuple]:
     """The rows of the layouts in the fixed order (count position, then the layout's
-    positions in the tp, pp, quantization and MIG domains); ``largest_only``: only each
+    positions in the tp, ep, pp, quantization and MIG domains); ``largest_only``: only each
     layout's largest count (what ``_dominant_counts`` keeps for max tokens/s)."""
     ordered = []
-    for positions, order, t, p, quantization, mig in layouts:
+    for positions, order, t, e, p, quantization, mig in layouts:
         if largest_only:
             positions = positions[[int(np.argmax(count_array[positions]))]]
         for position in positions.tolist():
-            ordered.append(((position,) + order, (gpu_index, int(count_array[position]), t, p, quantization, mig)))
+            ordered.append(((position,) + order, (gpu_index, int(count_array[position]), t, e, p, quantization, mig)))
     ordered.sort(key=lambda pair: pair[0])
     return [row for _, row in ordered]
 

@@ -122,6 +122,7 @@ class Problem:
             return {
                 "gpus": int(self.keys["gpus"][key]),
                 "tensor_parallel": int(self.keys["tensor_parallel"][key]),
+                "expert_parallel": int(self.keys["expert_parallel"][key]) if "expert_parallel" in self.keys else 1,
                 "pipeline_parallel": int(self.keys["pipeline_parallel"][key]),
                 "quantization": QUANTIZATIONS[int(self.keys["quantization"][key])],
                 "mig_profile": gpu.mig_profiles[mig].name if mig >= 0 else "none",
