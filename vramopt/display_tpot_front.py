@@ -7,7 +7,6 @@ import io
 from typing import Any, Mapping, Sequence
 
 from vramopt.display_formats import gb, table
-from vramopt.errors import InputError
 
 
 def _layout(plan: Mapping[str, Any]) -> str:
@@ -43,16 +42,9 @@ def render_tpot_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, A
 
 def tpot_front_png(response: Mapping[str, Any]) -> bytes:
     """Tokens/s per GPU against TPOT, the front as a step line, the chosen point circled."""
-    try:
-        import matplotlib
+    from vramopt.plot import plotting
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as pyplot
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'vramopt[plot]'") from None
-    front = response["front"]
-    if not front:
-        raise InputError("the front is empty: nothing fits, so there is nothing to plot")
+    pyplot, front = plotting(response)
     tpot = [point["tpot_ms"] for point in front]
     per_gpu = [point["output_tokens_per_s_per_gpu"] for point in front]
     gpus = [point["plan"]["gpus"] for point in front]

@@ -22,18 +22,25 @@ def write_front_png(response: Mapping[str, Any], path: str) -> None:
     write_files_atomically({path: front_png(response)})
 
 
-def front_png(response: Mapping[str, Any]) -> bytes:
+def plotting(response: Mapping[str, Any]):
+    """(matplotlib.pyplot on the Agg backend, the response's front) for the PNG writers: an
+    InputError without matplotlib (an optional extra) or with an empty front."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as pyplot
-        import matplotlib.ticker
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'vramopt[plot]'") from None
     front = response["front"]
     if not front:
         raise InputError("the front is empty: nothing fits, so there is nothing to plot")
+    return pyplot, front
+
+
+def front_png(response: Mapping[str, Any]) -> bytes:
+    pyplot, front = plotting(response)
+    import matplotlib.ticker
     gpus = [point["plan"]["gpus"] for point in front]
     tokens = [point["throughput"]["tokens_per_s"] for point in front]
     memory_gb = [point["memory"]["total_bytes"] / BYTES_PER_GB for point in front]

@@ -9,20 +9,12 @@ from __future__ import annotations
 import io
 from typing import Any, Mapping
 
-from vramopt.errors import InputError
 
 
 def cost_front_png(response: Mapping[str, Any]) -> bytes:
-    try:
-        import matplotlib
+    from vramopt.plot import plotting
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as pyplot
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'vramopt[plot]'") from None
-    front = response["front"]
-    if not front:
-        raise InputError("the front is empty: nothing fits, so there is nothing to plot")
+    pyplot, front = plotting(response)
     serving = response["workload"] == "infer"
 
     def axes_of(point: Mapping[str, Any]) -> tuple[float, float]:
