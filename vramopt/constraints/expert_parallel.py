@@ -95,7 +95,7 @@ EXPERT_PARALLEL = Technique(
     plan_field=PlanField(
         python_type=int, default=1, minimum=1, flags=("--ep", "--expert-parallel"),
         doc="Ranks that split the routed experts of a mixture of experts (costs/expert_parallel.py).",
-        help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks of tp x cp x dp.",
+        help="Expert-parallel degree (mixture of experts): routed experts split over ep ranks (training: ep ranks of tp x cp x dp; serving: a replica of ep GPUs, ep a multiple of tp).",
     ),
     aliases=("ep",),
     contribution=Contribution(
