@@ -29,7 +29,6 @@ from vramopt.display import (
     render_gpus,
     render_models,
     pack_rows,
-    render_front,
     render_pack,
     render_infeasible,
     render_serving,
@@ -41,10 +40,9 @@ from vramopt.errors import InputError
 from vramopt.estimate import estimate_serving, estimate_training
 from vramopt.hardware import active_hardware, all_gpus, builtin_gpus
 from vramopt.cli_hardware import hardware_note, hardware_option, use_request_hardware
-from vramopt.cli_cost import (add_time_and_cost, cost_options, money_flags_given, pack_money_line, price_options, space_cost_fields,
-                              time_money_front, with_cost_lines)
+from vramopt.cli_cost import add_time_and_cost, cost_options, pack_money_line, price_options, space_cost_fields, with_cost_lines
 from vramopt.cli_framework import EXPORT_TARGETS, framework_option, resolve_framework
-from vramopt.display_cost import render_cost_front
+from vramopt.cli_fronts import AXES, front_response, front_views
 from vramopt.display_stages import render_stages
 from vramopt.frameworks import DEFAULT_FRAMEWORK
 # The error handling and the shared options live in these two modules; their names stay
@@ -91,11 +89,8 @@ from vramopt.models.checkpoint_quantization import checkpoint_format
 from vramopt.api import MAX_REQUEST_BYTES, SolveRequest
 from vramopt.cluster import parse_cluster, parse_jobs, parse_running, read_document
 from vramopt.input_files import display_path, parse_json, read_bounded
-from vramopt.optimizer.front import front_rows_for_csv, pareto_response
 from vramopt.output_files import resolve_target, same_file, write_files_atomically, write_text_atomically
 from vramopt.optimizer.search import ENGINES
-from vramopt.plot import front_png
-from vramopt.plot_cost import cost_front_png
 from vramopt.optimizer.search import solve as solve_request
 from vramopt.types import MAX_COUNT, OBJECTIVES, ServingWorkload
 
@@ -299,7 +294,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also draw the front as a PNG (needs the 'plot' extra: matplotlib).")
 @click.option("--verify", is_flag=True, help="Certify every front point, and per GPU count a pinned solve's best plan, with CP-SAT (slower).")
-@click.option("--axes", type=click.Choice(("throughput", "time,cost", "tpot")), default="throughput", show_default=True,
+@click.option("--axes", type=click.Choice(AXES), default="throughput", show_default=True,
               help="throughput: tokens/s, GPUs, memory; time,cost: days (or tokens/s serving) against dollars (needs prices; "
                    "training needs --total-tokens); tpot: serving, output tokens/s per GPU against time per output token.")
 @framework_option
@@ -321,28 +316,9 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
         if path is not None:
             resolve_target(path)  # a device, a directory or a link to one: refused before the work
     workload = build_workload(options)
-    if axes == "time,cost":
-        if verify:
-            raise click.UsageError("--verify certifies the tokens/s-GPUs-memory front; it does not apply to --axes time,cost")
-        if framework not in (None, DEFAULT_FRAMEWORK):
-            raise click.UsageError("--framework applies to the tokens/s-GPUs-memory front; --axes time,cost searches the generic rules")
-        response = time_money_front(workload, options)
-    elif axes == "tpot":
-        if money_flags_given():
-            raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
-        from vramopt.optimizer.tpot_front import tpot_front_response
-
-        response = tpot_front_response(workload, build_space(options, framework=framework or DEFAULT_FRAMEWORK), verify=verify)
-    else:
-        if money_flags_given():
-            raise click.UsageError("--total-tokens, --price and --prices apply to pareto with --axes time,cost")
-        response = pareto_response(workload, build_space(options, framework=framework or DEFAULT_FRAMEWORK), verify=verify)
-    if axes == "tpot":
-        from vramopt.optimizer.tpot_front import tpot_rows_for_csv
-
-        rows = tpot_rows_for_csv(response)
-    else:
-        rows = front_rows_for_csv(response)
+    response = front_response(axes, workload, options, framework, verify)
+    views = front_views(axes)
+    rows = views.rows_for_csv(response)
     if not response["front"]:
         # As solve: no plan is a failure, and no output file is written or truncated.
         if output_format == "json":
@@ -354,23 +330,14 @@ def pareto(output_format: str, output_path: str | None, plot_path: str | None, v
     if output_path:
         outputs[output_path] = to_csv(rows)
     if plot_path:
-        if axes == "tpot":
-            from vramopt.display_tpot_front import tpot_front_png
-
-            outputs[plot_path] = tpot_front_png(response)
-        else:
-            outputs[plot_path] = cost_front_png(response) if axes == "time,cost" else front_png(response)
+        outputs[plot_path] = views.png(response)
     write_files_atomically(outputs)  # both or neither
     if output_format == "json":
         emit(response, "json")
     elif output_format == "csv":
         emit(rows, "csv")
     else:
-        if axes == "tpot":
-            from vramopt.display_tpot_front import render_tpot_front as render
-        else:
-            render = render_cost_front if axes == "time,cost" else render_front
-        echo(render(response, rows, output_path, plot_path))
+        echo(views.render(response, rows, output_path, plot_path))
 
 
 @main.command()
