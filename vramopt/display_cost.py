@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from vramopt.display_formats import gb, table
+from vramopt.display_formats import gb, table, written_lines
 from vramopt.plan_brief import training_brief
 
 
@@ -36,8 +36,4 @@ def render_cost_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, A
         table(table_rows, headers, align="llrrrrl"),
         f"{response['solver']['method']}; {response['solver']['wall_time_s'] * 1000:,.0f} ms",
     ]
-    if csv_path:
-        lines.append(f"CSV written to {csv_path}")
-    if plot_path:
-        lines.append(f"plot written to {plot_path}")
-    return "\n".join(lines)
+    return "\n".join(lines + written_lines(csv_path, plot_path))

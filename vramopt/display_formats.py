@@ -107,3 +107,8 @@ def yes_no(flag: bool) -> str:
 
 def on_off(flag: bool) -> str:
     return "on" if flag else "off"
+
+
+def written_lines(csv_path: str | None, plot_path: str | None) -> list[str]:
+    """The lines a front's table ends with: where its CSV and its plot were written."""
+    return ([f"CSV written to {csv_path}"] if csv_path else []) + ([f"plot written to {plot_path}"] if plot_path else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from vramopt.display_formats import gb, on_off, percent, table
+from vramopt.display_formats import gb, on_off, percent, table, written_lines
 from vramopt.display_requests import render_disaggregation, render_requests, request_goal
 from vramopt.constraints import registry
 from vramopt.costs.step_terms import STEP_TERMS
@@ -236,11 +236,7 @@ def render_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         table(table_rows, ["", "GPUs", "tokens/s", "GB/GPU", "free", "plan"], align="lrrrrl"),
         f"{response['solver']['method']}; {response['solver']['wall_time_s'] * 1000:,.0f} ms",
     ]
-    if csv_path:
-        lines.append(f"CSV written to {csv_path}")
-    if plot_path:
-        lines.append(f"plot written to {plot_path}")
-    return "\n".join(lines)
+    return "\n".join(lines + written_lines(csv_path, plot_path))
 
 
 def _placement_text(gpus_by_node: Mapping[str, Any]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any, Mapping, Sequence
 
-from vramopt.display_formats import gb, table
+from vramopt.display_formats import gb, table, written_lines
 
 
 def _layout(plan: Mapping[str, Any]) -> str:
@@ -33,11 +33,7 @@ def render_tpot_front(response: Mapping[str, Any], rows: Sequence[Mapping[str, A
         f"{response['solver']['method']}; {response['solver']['candidates']:,} candidates; "
         f"{response['solver']['wall_time_s'] * 1000:,.0f} ms",
     ]
-    if csv_path:
-        lines.append(f"CSV written to {csv_path}")
-    if plot_path:
-        lines.append(f"plot written to {plot_path}")
-    return "\n".join(lines)
+    return "\n".join(lines + written_lines(csv_path, plot_path))
 
 
 def tpot_front_png(response: Mapping[str, Any]) -> bytes:
