@@ -9,7 +9,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
 
 from vramopt import api, cli
 from vramopt.errors import InputError
@@ -17,6 +16,8 @@ from vramopt.estimate import estimate_training
 from vramopt.exporters import export
 from vramopt.optimizer.per_stage import per_stage_search
 from vramopt.types import SearchSpace, TrainingPlan, TrainingWorkload
+
+from tests.cli_runner import make_runner
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schema"
 
@@ -35,11 +36,7 @@ GPT3_WORKLOAD = {"model": "gpt3-175b", "seq_len": 2048, "global_batch": 64}
 
 
 def invoke(args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    result = runner.invoke(cli.main, args)
+    result = make_runner().invoke(cli.main, args)
     assert "Traceback" not in result.output + result.stderr
     return result
 
