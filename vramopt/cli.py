@@ -43,6 +43,7 @@ from vramopt.cli_hardware import hardware_note, hardware_option, use_request_har
 from vramopt.cli_cost import add_time_and_cost, cost_options, pack_money_line, price_options, space_cost_fields, with_cost_lines
 from vramopt.cli_framework import EXPORT_TARGETS, framework_option, resolve_framework
 from vramopt.cli_fronts import AXES, front_response, front_views
+from vramopt.cli_stages import check_per_stage, check_stage_checkpointing, per_stage_option, stage_checkpointing_option
 from vramopt.display_stages import render_stages
 from vramopt.frameworks import DEFAULT_FRAMEWORK
 # The error handling and the shared options live in these two modules; their names stay
@@ -121,9 +122,7 @@ def main(debug: bool) -> None:
 @click.option("--decode-replicas", type=click.IntRange(1, MAX_COUNT), default=None, help="infer: the decode replicas.")
 @click.option("--decode-tp", "decode_tensor_parallel", type=click.IntRange(1, MAX_COUNT), default=None,
               help="infer: tensor-parallel degree of each decode replica (--slots: its max-num-seqs).")
-@click.option("--stage-checkpointing", "stage_checkpointing", type=str, default=None, metavar="V0,V1,...",
-              help="training with pipeline stages: also evaluate one checkpointing per stage, first to last (none, selective, "
-                   "full, every:K or block:N: the first N layers of the stage recomputed), e.g. block:4,block:2,none,none.")
+@stage_checkpointing_option
 @framework_option
 @hardware_option
 @cost_options
@@ -135,10 +134,7 @@ def estimate(output_format: str, framework: str | None, stage_checkpointing: str
 
     disaggregated = disaggregated_plan(options, given)
     workload = build_workload(options)
-    if stage_checkpointing is not None and (disaggregated is not None or isinstance(workload, ServingWorkload)):
-        raise click.UsageError("--stage-checkpointing applies to training plans with pipeline stages")
-    if stage_checkpointing is not None and output_format == "csv":
-        raise click.UsageError("--stage-checkpointing has no CSV view (one row cannot hold the stages); use --format json or table")
+    check_stage_checkpointing(stage_checkpointing, output_format, disaggregated is None and not isinstance(workload, ServingWorkload))
     if disaggregated is not None:
         if not given("quantization"):  # a quantized checkpoint is served in its own format
             disaggregated = replace(disaggregated, quantization=checkpoint_format(load_model(workload.model)) or disaggregated.quantization)
@@ -198,9 +194,7 @@ def models(output_format: str) -> None:
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="CP-SAT worker threads.")
 @click.option("--engine", type=click.Choice(ENGINES), default="cp-sat", show_default=True,
               help="cp-sat, or the exhaustive reference enumerator over the same tables.")
-@click.option("--per-stage", "per_stage", is_flag=True, default=False,
-              help="training: also search one activation checkpointing per pipeline stage (none, selective, every:K, block:N) "
-                   "and show that optimum and its gain next to the uniform answer, which stays as it is.")
+@per_stage_option
 @click.option("--request", "request_path", type=str, default=None,
               help="Read the whole request from a JSON file ('-' for stdin; docs/api.md); no other flag may be given.")
 @hardware_option
@@ -243,14 +237,7 @@ def solve(output_format: str, request_path: str | None, export: tuple[str, str] 
             framework=resolve_framework(framework, export[0] if export else None),
         )
         workload, engine, per_stage = build_workload(options), options["engine"], options["per_stage"]
-    if per_stage and engine != "cp-sat":
-        raise click.UsageError("--per-stage is searched by CP-SAT; the exhaustive engine is the oracle over uniform plans")
-    if per_stage and output_format == "csv":
-        raise click.UsageError("--per-stage has no CSV view (one row cannot hold the stages); use --format json or table")
-    if per_stage:
-        from vramopt.stage_checkpointing import check_per_stage_request
-
-        check_per_stage_request(workload, space)
+    check_per_stage(per_stage, engine, output_format, workload, space)
     result = solve_request(workload, space, engine=engine)
     data = result.to_dict()
     if per_stage:
