@@ -50,13 +50,14 @@ def neutral_codes() -> dict[str, int]:
     from vramopt.constraints.technique import REQUIRED
 
     columns = encode([TrainingPlan(gpu="plain", gpus=1, grad_comm_precision="fp32")])
+    resolved = TrainingPlan(gpu="plain", gpus=1)  # every field at its default, as construction resolves it
     codes = {name: int(np.asarray(getattr(columns, name)).reshape(-1)[0]) for name in columns.column_names()}
     # A default the plan resolves against another field on construction (expert_tensor_parallel 0
     # = the plan's tp) keeps its code, so that a pin of that other field is checked with it.
     for technique in registry.training_techniques():
         declaration = technique.plan_field
         if not technique.derived and declaration is not None and declaration.default is not REQUIRED \
-                and declaration.default != getattr(TrainingPlan(gpu="plain", gpus=1), technique.field, declaration.default):
+                and declaration.default != getattr(resolved, technique.field, declaration.default):
             codes.update(technique.columns(declaration.default))
     return codes
 
