@@ -52,7 +52,6 @@ def test_a_one_token_decode_streams_only_its_eight_routed_experts():
     """issue 14 item 2: decode reads the experts its tokens are routed to. DeepSeek-V3 in fp8
     on 8 H200 (tp 8): one token streams the dense weights / 8 and 8/256 of the routed experts
     / 8, not all 671 GB / 8."""
-    from vramopt.costs.serving_step import _group_time
     from vramopt.models import load_model
 
     workload = ServingWorkload(model="deepseek-v3", context=4096, input_tokens=1000, output_tokens=100)

@@ -32,7 +32,6 @@ from vramopt.costs.serving_experts import expert_coverage, serving_expert_terms,
 from vramopt.costs.expert_parallel import routed_expert_parameters
 from vramopt.costs.request_serving import RequestLoad, evaluate_requests, mix_contexts, request_kv_tokens_per_slot
 from vramopt.costs.vllm_memory import EngineMemorySettings, kv_capacity_tokens, kv_pool_bytes, profile_activation_peak_bytes
-from vramopt.parallel_layout import ParallelLayout
 from vramopt.types import GpuSpec, ModelSpec
 
 QUANTIZATIONS = ("bf16", "fp8", "int8", "int4", "fp4")

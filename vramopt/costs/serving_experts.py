@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from vramopt.costs.expert_parallel import routed_expert_parameters
 from vramopt.models.parameters import moe_layer_count
 from vramopt.parallel_layout import ParallelLayout
 
